@@ -1,0 +1,7 @@
+// Package ingest keeps one ZeroMQ subscription per registered worker and
+// data-parallel rank, checks frames and sequence numbers, replays gaps, survives
+// engine and network restarts, and applies each rank's normalized events to the
+// index in order.
+//
+// It imports internal/normalize and internal/radix.
+package ingest
