@@ -1,0 +1,53 @@
+package radix
+
+import "errors"
+
+// Tier is a storage tier a block can reside on. One block can sit on several
+// tiers of one worker at once.
+type Tier uint8
+
+// Storage tiers, best first.
+const (
+	TierDevice Tier = iota
+	TierHost
+	TierDisk
+	TierExternal
+	// NumTiers is the number of tiers.
+	NumTiers
+)
+
+// Worker identifies one worker and data-parallel rank in the index.
+type Worker struct {
+	ID     string
+	DPRank uint32
+}
+
+// Block is one block of a Store run.
+type Block struct {
+	// EngineHash is the engine's opaque hash, meaningful only on its worker.
+	EngineHash uint64
+	// BlockHash is the router block hash of the block's tokens.
+	BlockHash uint64
+}
+
+// Score is one worker/rank's answer to a Match.
+type Score struct {
+	Worker Worker
+	// Matched is the number of leading prompt blocks the worker holds on any tier.
+	Matched uint32
+	// ByTier counts matched blocks by the best tier the worker holds them on.
+	ByTier [NumTiers]uint32
+	// Cached is the number of blocks in the worker/rank's index.
+	Cached uint64
+}
+
+// Errors returned by Store, StoreTier and Remove. A store that fails is dropped
+// whole and leaves the worker's state as it was.
+var (
+	// ErrParentNotFound: the run's parent engine hash is unknown on this worker.
+	ErrParentNotFound = errors.New("parent_not_found")
+	// ErrInvalid: the run repeats an engine hash or names its own parent.
+	ErrInvalid = errors.New("invalid")
+	// ErrBlockNotFound: some engine hashes were unknown on this worker (the rest were applied).
+	ErrBlockNotFound = errors.New("block_not_found")
+)
