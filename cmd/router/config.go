@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the router's configuration: defaults, then the --config file,
+// then flags that were set on the command line.
+type Config struct {
+	GRPCAddr        string        `yaml:"grpc_addr"`
+	HTTPAddr        string        `yaml:"http_addr"`
+	BlockSize       int           `yaml:"block_size"`
+	LogFormat       string        `yaml:"log_format"`
+	LogLevel        string        `yaml:"log_level"`
+	MaxPromptTokens int           `yaml:"max_prompt_tokens"`
+	DrainTimeout    time.Duration `yaml:"drain_timeout"`
+
+	PrefillWeight          float64       `yaml:"prefill_weight"`
+	TierWeights            TierWeights   `yaml:"tier_weights"`
+	MaxActivePrefillTokens int64         `yaml:"max_active_prefill_tokens"`
+	MaxActiveDecodeBlocks  int64         `yaml:"max_active_decode_blocks"`
+	RequestTTL             time.Duration `yaml:"request_ttl"`
+
+	Predict            bool          `yaml:"predict"`
+	PredictionTTL      time.Duration `yaml:"prediction_ttl"`
+	PredictionCapacity int           `yaml:"prediction_capacity"`
+	ApproxCapacity     int           `yaml:"approx_capacity"`
+
+	IngestQueue int `yaml:"ingest_queue"`
+
+	Workers []WorkerConfig `yaml:"workers"`
+}
+
+// TierWeights is the overlap credit per storage tier.
+type TierWeights struct {
+	Device   float64 `yaml:"device"`
+	Host     float64 `yaml:"host"`
+	Disk     float64 `yaml:"disk"`
+	External float64 `yaml:"external"`
+}
+
+// String formats the weights as the --tier-weights flag takes them.
+func (t *TierWeights) String() string {
+	return fmt.Sprintf("%g,%g,%g,%g", t.Device, t.Host, t.Disk, t.External)
+}
+
+// Set parses "device,host,disk,external".
+func (t *TierWeights) Set(s string) error {
+	parts := strings.Split(s, ",")
+	if len(parts) != 4 {
+		return fmt.Errorf("want four comma-separated weights (device,host,disk,external), got %q", s)
+	}
+	var v [4]float64
+	for i, p := range parts {
+		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+		v[i] = f
+	}
+	*t = TierWeights{v[0], v[1], v[2], v[3]}
+	return nil
+}
+
+// WorkerConfig is a static worker registered at start.
+type WorkerConfig struct {
+	WorkerID         string `yaml:"worker_id"`
+	Model            string `yaml:"model"`
+	Endpoint         string `yaml:"endpoint"`
+	KVEventsEndpoint string `yaml:"kv_events_endpoint"`
+	ReplayEndpoint   string `yaml:"replay_endpoint"`
+	DPSize           uint32 `yaml:"dp_size"`
+	BlockSize        uint32 `yaml:"block_size"`
+	Topic            string `yaml:"topic"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		GRPCAddr:           ":50051",
+		HTTPAddr:           ":9090",
+		BlockSize:          16,
+		LogFormat:          "text",
+		LogLevel:           "info",
+		MaxPromptTokens:    262144,
+		DrainTimeout:       10 * time.Second,
+		PrefillWeight:      1.0,
+		TierWeights:        TierWeights{Device: 1.0, Host: 0.75, Disk: 0.25, External: 0},
+		RequestTTL:         5 * time.Minute,
+		Predict:            true,
+		PredictionTTL:      2 * time.Minute,
+		PredictionCapacity: 8192,
+		ApproxCapacity:     16384,
+		IngestQueue:        0,
+	}
+}
+
+func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
+	fs.StringVar(configPath, "config", "", "YAML config file (flags override it)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz and /debug/pprof/")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "router block size in tokens")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	fs.IntVar(&c.MaxPromptTokens, "max-prompt-tokens", c.MaxPromptTokens, "longest prompt accepted, in tokens")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for in-flight RPCs")
+	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "weight of prefill blocks in the cost")
+	fs.Var(&c.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
+	fs.Int64Var(&c.MaxActivePrefillTokens, "max-active-prefill-tokens", c.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
+	fs.Int64Var(&c.MaxActiveDecodeBlocks, "max-active-decode-blocks", c.MaxActiveDecodeBlocks, "exclude a worker at this many active decode blocks (0: off)")
+	fs.DurationVar(&c.RequestTTL, "request-ttl", c.RequestTTL, "expire routed requests never finished after this long")
+	fs.BoolVar(&c.Predict, "predict", c.Predict, "count a routed prompt's blocks as cached on the chosen worker until events confirm")
+	fs.DurationVar(&c.PredictionTTL, "prediction-ttl", c.PredictionTTL, "life of a predicted block")
+	fs.IntVar(&c.PredictionCapacity, "prediction-capacity", c.PredictionCapacity, "predicted blocks kept per rank of a worker with events")
+	fs.IntVar(&c.ApproxCapacity, "approx-capacity", c.ApproxCapacity, "predicted blocks kept per rank of a worker without events")
+	fs.IntVar(&c.IngestQueue, "ingest-queue", c.IngestQueue, "batches queued per worker/rank before the reader waits (0: default)")
+}
+
+// loadConfig builds the configuration from defaults, the --config file and
+// the flags set in args.
+func loadConfig(args []string, stderr io.Writer) (Config, error) {
+	// First pass: find --config.
+	var path string
+	probe := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
+	probe.SetOutput(io.Discard)
+	scratch := defaultConfig()
+	bindFlags(probe, &scratch, &path)
+	if err := probe.Parse(args); err != nil {
+		// Report it with usage through the real flag set below.
+		path = ""
+	}
+	cfg := defaultConfig()
+	if path != "" {
+		if err := readConfigFile(path, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bindFlags(fs, &cfg, &path)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return cfg, cfg.validate()
+}
+
+func readConfigFile(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("config: block_size %d must be positive", c.BlockSize)
+	case c.MaxPromptTokens <= 0:
+		return fmt.Errorf("config: max_prompt_tokens %d must be positive", c.MaxPromptTokens)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
+	case c.PrefillWeight < 0:
+		return fmt.Errorf("config: prefill_weight %v must be >= 0", c.PrefillWeight)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/kvrouter/kvrouter/internal/scoring"
+)
+
+// metrics are the RPC-level Prometheus metrics.
+type metrics struct {
+	latency   *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	hitRatio  prometheus.Histogram
+	workers   prometheus.Gauge
+	active    *activeCollector
+}
+
+func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+	m := &metrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kvrouter_rpc_duration_seconds",
+			Help:    "Latency of kvrouter gRPC calls, by method.",
+			Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25},
+		}, []string{"method"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_rpc_errors_total",
+			Help: "kvrouter gRPC calls that failed, by method and status code.",
+		}, []string{"method", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_route_decisions_total",
+			Help: "Route decisions, by chosen worker.",
+		}, []string{"worker"}),
+		hitRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvrouter_route_matched_ratio",
+			Help:    "Matched blocks / prompt blocks of the chosen worker: the router's view of its hit rate.",
+			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
+		}),
+		workers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvrouter_registered_workers",
+			Help: "Registered workers.",
+		}),
+		active: &activeCollector{router: s.router, desc: prometheus.NewDesc(
+			"kvrouter_active_requests", "Routed requests not yet finished, by worker and rank.",
+			[]string{"worker", "dp_rank"}, nil)},
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(method string, d time.Duration, code codes.Code) {
+	m.latency.WithLabelValues(method).Observe(d.Seconds())
+	if code != codes.OK {
+		m.errors.WithLabelValues(method, code.String()).Inc()
+	}
+}
+
+func (m *metrics) decision(d *scoring.Decision) {
+	m.decisions.WithLabelValues(d.WorkerID).Inc()
+	if d.PromptBlocks > 0 {
+		m.hitRatio.Observe(float64(d.Matched) / float64(d.PromptBlocks))
+	}
+}
+
+func (m *metrics) forgetWorker(id string) {
+	m.decisions.DeleteLabelValues(id)
+}
+
+// activeCollector reports active requests per worker/rank at scrape time.
+type activeCollector struct {
+	router *scoring.Router
+	desc   *prometheus.Desc
+}
+
+func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.router.Loads() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Active),
+			l.WorkerID, strconv.FormatUint(uint64(l.DPRank), 10))
+	}
+}
