@@ -1,0 +1,300 @@
+// Package engine is a simulated inference engine for benchmarks: a real ZMQ
+// KV-event publisher (PUB plus ROUTER replay, like vLLM's) in front of an LRU
+// block cache, with a simple time model for prefill and decode.
+//
+// Time is simulated: a request carries its arrival time on the engine's clock
+// and Serve answers when its prefill starts and ends and when it finishes.
+// Prefills run one at a time in arrival order (queueing shows up as latency);
+// decode runs in a continuous batch and does not delay prefills.
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// ID names the engine in logs.
+	ID string
+	// Endpoint is the PUB bind address (default "tcp://127.0.0.1:0").
+	Endpoint string
+	// ReplayEndpoint is the ROUTER bind address; empty disables replay.
+	ReplayEndpoint string
+	// Topic is the ZMQ topic frame.
+	Topic string
+	// DPRank is the data-parallel rank written into every batch.
+	DPRank uint32
+	// Format is the wire format (default vLLM map form).
+	Format Format
+	// BlockSize is tokens per block (default 16).
+	BlockSize int
+	// CapacityBlocks is the cache size in blocks; required.
+	CapacityBlocks int
+	// ReplayBuffer is how many recent batches replay can serve (default 10,000).
+	ReplayBuffer int
+	// HashSeed seeds the engine's block hashes, so that like real engines with
+	// unpinned hash seeds, two engines give the same tokens different hashes.
+	HashSeed uint64
+	// PrefillPerToken is the simulated prefill time per uncached prompt token.
+	PrefillPerToken time.Duration
+	// PrefillBase is a fixed simulated cost per prefill.
+	PrefillBase time.Duration
+	// DecodePerToken is the simulated time per output token.
+	DecodePerToken time.Duration
+	// Logger receives warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// Request is one request served by an engine.
+type Request struct {
+	// Tokens is the prompt.
+	Tokens []uint32
+	// OutputTokens is the number of tokens generated.
+	OutputTokens int
+	// Arrival is when the request reaches the engine, on the simulated clock.
+	Arrival time.Duration
+}
+
+// Result is what serving a request did and when, on the simulated clock.
+type Result struct {
+	// PromptBlocks is the number of full blocks in the prompt.
+	PromptBlocks int
+	// CachedBlocks is how many leading prompt blocks were already cached.
+	CachedBlocks int
+	// StoredBlocks and EvictedBlocks are the cache changes made.
+	StoredBlocks, EvictedBlocks int
+	// UncachedTokens is the prompt tokens prefilled (the partial last block is never cached).
+	UncachedTokens int
+	// Start, PrefillDone and Finish are simulated times; TTFT is PrefillDone - Arrival.
+	Start, PrefillDone, Finish time.Duration
+	// Events are the KV events the request caused, ready for Publish.
+	Events []Event
+}
+
+// TTFT is the simulated time to first token.
+func (r Result) TTFT(arrival time.Duration) time.Duration { return r.PrefillDone - arrival }
+
+// Stats are an engine's running totals.
+type Stats struct {
+	Requests        uint64
+	PromptBlocks    uint64
+	CachedBlocks    uint64
+	PromptTokens    uint64
+	StoredBlocks    uint64
+	EvictedBlocks   uint64
+	Batches         uint64
+	Events          uint64
+	CachedNow       int
+	ReplayRequests  uint64
+	ReplayMalformed uint64
+}
+
+// Engine is one simulated engine (one data-parallel rank). It is safe for
+// concurrent use.
+type Engine struct {
+	cfg Config
+	pub *Publisher
+
+	mu        sync.Mutex
+	cache     *Cache
+	busyUntil time.Duration
+	stats     Stats
+	hashes    []uint64 // scratch
+}
+
+// New starts an engine and binds its sockets.
+func New(cfg Config) (*Engine, error) {
+	if cfg.CapacityBlocks <= 0 {
+		return nil, fmt.Errorf("engine %s: capacity must be positive, got %d", cfg.ID, cfg.CapacityBlocks)
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.BlockSize < 0 {
+		return nil, fmt.Errorf("engine %s: negative block size %d", cfg.ID, cfg.BlockSize)
+	}
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = "tcp://127.0.0.1:0"
+	}
+	pub, err := NewPublisher(PublisherConfig{
+		Endpoint:       cfg.Endpoint,
+		ReplayEndpoint: cfg.ReplayEndpoint,
+		Topic:          cfg.Topic,
+		ReplayBuffer:   cfg.ReplayBuffer,
+		Logger:         cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine %s: %w", cfg.ID, err)
+	}
+	return &Engine{cfg: cfg, pub: pub, cache: NewCache(cfg.CapacityBlocks)}, nil
+}
+
+// ID is the engine's configured name.
+func (e *Engine) ID() string { return e.cfg.ID }
+
+// Endpoint is the PUB address subscribers connect to.
+func (e *Engine) Endpoint() string { return e.pub.Endpoint() }
+
+// ReplayEndpoint is the ROUTER replay address, or "".
+func (e *Engine) ReplayEndpoint() string { return e.pub.ReplayEndpoint() }
+
+// Publisher is the engine's ZMQ publisher.
+func (e *Engine) Publisher() *Publisher { return e.pub }
+
+// BlockHashes returns the engine's chained block hashes of the full blocks of
+// tokens: hash i covers blocks 0..i, so equal prefixes hash equally.
+func (e *Engine) BlockHashes(tokens []uint32, dst []uint64) []uint64 {
+	return ChainHashes(e.cfg.HashSeed, e.cfg.BlockSize, tokens, dst)
+}
+
+// ChainHashes appends to dst the chained hash of every full block of tokens:
+// h(i) = xxhash64(seed, h(i-1), tokens of block i).
+func ChainHashes(seed uint64, blockSize int, tokens []uint32, dst []uint64) []uint64 {
+	var buf [8 + 8 + 4*64]byte
+	parent := uint64(0)
+	for off := 0; off+blockSize <= len(tokens); off += blockSize {
+		d := xxhash.NewWithSeed(seed)
+		binary.LittleEndian.PutUint64(buf[:8], parent)
+		d.Write(buf[:8])
+		blk := tokens[off : off+blockSize]
+		for len(blk) > 0 {
+			n := min(len(blk), 64)
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint32(buf[8+4*i:], blk[i])
+			}
+			d.Write(buf[8 : 8+4*n])
+			blk = blk[n:]
+		}
+		parent = d.Sum64()
+		dst = append(dst, parent)
+	}
+	return dst
+}
+
+// Serve looks the prompt up in the cache, stores its missing blocks (evicting
+// the least recently used as needed) and computes its simulated timing. The
+// returned Events describe the cache changes; pass them to Publish when the
+// engine would emit them (at Result.Start). Serve does not publish.
+func (e *Engine) Serve(req Request) Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	bs := e.cfg.BlockSize
+	e.hashes = e.BlockHashes(req.Tokens, e.hashes[:0])
+	h := e.hashes
+	n := len(h)
+	hit := 0
+	for hit < n && e.cache.Contains(h[hit]) {
+		hit++
+	}
+	k := min(n, e.cache.Capacity()) // a prompt longer than the cache keeps its head
+	hit = min(hit, k)
+	// Protect the hits, insert the rest, then order the request's blocks so that
+	// block 0 is the most recently used (vLLM frees a request's blocks tail first).
+	for i := hit - 1; i >= 0; i-- {
+		e.cache.Touch(h[i])
+	}
+	var removed []uint64
+	for i := hit; i < k; i++ {
+		if v, ok := e.cache.Insert(h[i]); ok {
+			removed = append(removed, v)
+		}
+	}
+	for i := k - 1; i >= 0; i-- {
+		e.cache.Touch(h[i])
+	}
+	res := Result{
+		PromptBlocks:   n,
+		CachedBlocks:   hit,
+		StoredBlocks:   k - hit,
+		EvictedBlocks:  len(removed),
+		UncachedTokens: len(req.Tokens) - hit*bs,
+	}
+	if len(removed) > 0 {
+		res.Events = append(res.Events, Event{Kind: Removed, Hashes: removed})
+	}
+	if k > hit {
+		ev := Event{
+			Kind:      Stored,
+			Hashes:    append([]uint64(nil), h[hit:k]...),
+			Tokens:    req.Tokens[hit*bs : k*bs],
+			BlockSize: bs,
+		}
+		if hit > 0 {
+			ev.HasParent, ev.Parent = true, h[hit-1]
+		}
+		res.Events = append(res.Events, ev)
+	}
+	res.Start = max(req.Arrival, e.busyUntil)
+	res.PrefillDone = res.Start + e.cfg.PrefillBase + time.Duration(res.UncachedTokens)*e.cfg.PrefillPerToken
+	e.busyUntil = res.PrefillDone
+	res.Finish = res.PrefillDone + time.Duration(req.OutputTokens)*e.cfg.DecodePerToken
+
+	e.stats.Requests++
+	e.stats.PromptBlocks += uint64(n)
+	e.stats.CachedBlocks += uint64(hit)
+	e.stats.PromptTokens += uint64(len(req.Tokens))
+	e.stats.StoredBlocks += uint64(k - hit)
+	e.stats.EvictedBlocks += uint64(len(removed))
+	return res
+}
+
+// Publish encodes events as one batch and publishes it. Publishing no events
+// is a no-op.
+func (e *Engine) Publish(events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	payload, err := Encode(e.cfg.Format, time.Now(), e.cfg.DPRank, events)
+	if err != nil {
+		return fmt.Errorf("engine %s: %w", e.cfg.ID, err)
+	}
+	if _, err := e.pub.Publish(payload); err != nil {
+		return fmt.Errorf("engine %s: %w", e.cfg.ID, err)
+	}
+	e.mu.Lock()
+	e.stats.Batches++
+	e.stats.Events += uint64(len(events))
+	e.mu.Unlock()
+	return nil
+}
+
+// ServeAndPublish serves req and publishes its events at once.
+func (e *Engine) ServeAndPublish(req Request) (Result, error) {
+	res := e.Serve(req)
+	return res, e.Publish(res.Events)
+}
+
+// Reset empties the cache, restarts the simulated clock at zero and
+// publishes AllBlocksCleared.
+func (e *Engine) Reset() error {
+	e.mu.Lock()
+	e.cache.Reset()
+	e.busyUntil = 0
+	e.mu.Unlock()
+	return e.Publish([]Event{{Kind: Cleared}})
+}
+
+// Stats returns the engine's running totals.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	s := e.stats
+	s.CachedNow = e.cache.Len()
+	e.mu.Unlock()
+	s.ReplayRequests, s.ReplayMalformed = e.pub.ReplayStats()
+	return s
+}
+
+// Close closes the engine's sockets.
+func (e *Engine) Close() error {
+	if e.pub == nil {
+		return errors.New("engine: not started")
+	}
+	return e.pub.Close()
+}
