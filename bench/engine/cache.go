@@ -116,6 +116,35 @@ func (c *Cache) pushFront(i int32) {
 	c.nodes[0].next = i
 }
 
+// Access serves one prompt given its chained block hashes, the way an engine's
+// prefix cache does: hit is how many leading hashes were held; the missing
+// ones are inserted (at most Capacity in all, so a prompt longer than the
+// cache keeps its head), evicting the least recently used, and their victims
+// are appended to removed. Afterwards the prompt's blocks are the most
+// recently used, block 0 first, since an engine frees a request's blocks
+// tail first.
+func (c *Cache) Access(h []uint64, removed []uint64) (hit, stored int, _ []uint64) {
+	n := len(h)
+	for hit < n && c.Contains(h[hit]) {
+		hit++
+	}
+	k := min(n, c.capacity)
+	hit = min(hit, k)
+	// Protect the hits first so inserting cannot evict them.
+	for i := hit - 1; i >= 0; i-- {
+		c.Touch(h[i])
+	}
+	for i := hit; i < k; i++ {
+		if v, ok := c.Insert(h[i]); ok {
+			removed = append(removed, v)
+		}
+	}
+	for i := k - 1; i >= 0; i-- {
+		c.Touch(h[i])
+	}
+	return hit, k - hit, removed
+}
+
 // check verifies the list and the map agree; tests call it.
 func (c *Cache) check() error {
 	seen := 0

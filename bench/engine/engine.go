@@ -189,26 +189,8 @@ func (e *Engine) Serve(req Request) Result {
 	e.hashes = e.BlockHashes(req.Tokens, e.hashes[:0])
 	h := e.hashes
 	n := len(h)
-	hit := 0
-	for hit < n && e.cache.Contains(h[hit]) {
-		hit++
-	}
-	k := min(n, e.cache.Capacity()) // a prompt longer than the cache keeps its head
-	hit = min(hit, k)
-	// Protect the hits, insert the rest, then order the request's blocks so that
-	// block 0 is the most recently used (vLLM frees a request's blocks tail first).
-	for i := hit - 1; i >= 0; i-- {
-		e.cache.Touch(h[i])
-	}
-	var removed []uint64
-	for i := hit; i < k; i++ {
-		if v, ok := e.cache.Insert(h[i]); ok {
-			removed = append(removed, v)
-		}
-	}
-	for i := k - 1; i >= 0; i-- {
-		e.cache.Touch(h[i])
-	}
+	hit, stored, removed := e.cache.Access(h, nil)
+	k := hit + stored
 	res := Result{
 		PromptBlocks:   n,
 		CachedBlocks:   hit,
