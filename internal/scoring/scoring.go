@@ -362,9 +362,9 @@ func (r *Router) hashPrompt(p *Prompt, s *scratch) error {
 }
 
 // evaluate hashes and matches p against the index and the overlay. It fills
-// s.radixM, s.depth, s.byTier and s.cached per rank of the model's rank list,
-// which it returns. The caller holds r.mu for reading.
-func (r *Router) evaluate(p *Prompt, s *scratch) ([]*rank, error) {
+// s.radixM, s.depth and s.byTier (and, with withCached, s.cached) per rank of
+// the model's rank list, which it returns. The caller holds r.mu for reading.
+func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, error) {
 	if err := r.hashPrompt(p, s); err != nil {
 		return nil, err
 	}
@@ -395,9 +395,11 @@ func (r *Router) evaluate(p *Prompt, s *scratch) ([]*rank, error) {
 		s.radixM[j] = m.Matched
 		s.byTier[j] = m.ByTier
 	}
-	for j, rk := range ranks {
-		s.cached[j] = r.cfg.Index.Cached(rk.key)
-		s.depth[j] = s.radixM[j]
+	copy(s.depth, s.radixM)
+	if withCached {
+		for j, rk := range ranks {
+			s.cached[j] = r.cfg.Index.Cached(rk.key)
+		}
 	}
 	if len(s.hashes) > 0 {
 		s.chain = chainKeys(s.hashes, s.chain[:0])
@@ -418,7 +420,7 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
 	r.mu.RLock()
-	ranks, err := r.evaluate(p, s)
+	ranks, err := r.evaluate(p, s, true)
 	if err != nil {
 		r.mu.RUnlock()
 		return nil, err
@@ -449,7 +451,9 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 // Route chooses a worker for p. With requestID set, the request counts as
 // active load on the chosen worker until Finished (or RequestTTL). temperature
 // 0 picks the minimum cost; above 0 samples a softmax over normalized costs.
-func (r *Router) Route(p *Prompt, requestID string, temperature float64) (*Decision, error) {
+// maxCandidates > 0 keeps only that many cheapest candidates in the Decision
+// (the chosen one always among them).
+func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCandidates int) (*Decision, error) {
 	if temperature < 0 || math.IsNaN(temperature) || math.IsInf(temperature, 0) {
 		return nil, fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
 	}
@@ -458,7 +462,7 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64) (*Decis
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
 	r.mu.RLock()
-	ranks, err := r.evaluate(p, s)
+	ranks, err := r.evaluate(p, s, false)
 	if err != nil {
 		r.mu.RUnlock()
 		return nil, err
@@ -503,6 +507,9 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64) (*Decis
 	dec.Matched, dec.Cost = c.Matched, c.Cost
 	matched := s.depth[j]
 	r.mu.RUnlock()
+	if maxCandidates > 0 && len(dec.Candidates) > maxCandidates {
+		dec.Candidates = cheapest(dec.Candidates, pick, maxCandidates)
+	}
 
 	uncached := uint32(len(s.hashes)) - matched
 	if requestID != "" {
@@ -518,6 +525,15 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64) (*Decis
 		r.overlay.predict(chosen.slot, s.chain[matched:], now)
 	}
 	return dec, nil
+}
+
+// cheapest returns the n cheapest candidates, with the chosen one (index pick)
+// first and the rest by cost.
+func cheapest(cands []Candidate, pick, n int) []Candidate {
+	cands[0], cands[pick] = cands[pick], cands[0]
+	rest := cands[1:]
+	sort.Slice(rest, func(a, b int) bool { return rest[a].Cost < rest[b].Cost })
+	return cands[:n]
 }
 
 // choose picks an index into costs: the minimum (random among ties) at

@@ -141,7 +141,7 @@ func TestRouteCostTerms(t *testing.T) {
 	toks := tokens(7, 8*bs)
 	f.store("a", 0, toks, 4, radix.TierHost)   // credit 4*0.75 = 3
 	f.store("b", 0, toks, 2, radix.TierDevice) // credit 2
-	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +167,11 @@ func TestRouteLoadAccountingAndTTL(t *testing.T) {
 	f.store("a", 0, toks, 6, radix.TierDevice)
 
 	// a: cost 4; b: cost 10. r1 goes to a and adds its 4 uncached blocks as prefill.
-	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
 	if err != nil || d.WorkerID != "a" {
 		t.Fatalf("r1 -> %+v, %v; want a", d, err)
 	}
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0); !errors.Is(err, ErrAlreadyExists) {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0); !errors.Is(err, ErrAlreadyExists) {
 		t.Fatalf("duplicate request_id: %v; want ErrAlreadyExists", err)
 	}
 	load := func(id string) Load {
@@ -192,7 +192,7 @@ func TestRouteLoadAccountingAndTTL(t *testing.T) {
 		t.Fatalf("a load after prefill = %+v; want decode 10", l)
 	}
 	// Now a costs 4 + 10 decode = 14 > b's 10: the next request goes to b.
-	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r2", 0)
+	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r2", 0, 0)
 	if err != nil || d.WorkerID != "b" {
 		t.Fatalf("r2 -> %+v, %v; want b (a is loaded)", d, err)
 	}
@@ -225,7 +225,7 @@ func TestRouteBusyThresholds(t *testing.T) {
 	toks := tokens(1, 8*bs) // 128 uncached tokens: one request puts a worker over 100
 	seen := map[string]bool{}
 	for i := range 2 {
-		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, fmt.Sprint("r", i), 0)
+		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, fmt.Sprint("r", i), 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestRouteBusyThresholds(t *testing.T) {
 	if !seen["a"] || !seen["b"] {
 		t.Fatalf("two requests went to %v; want one each", seen)
 	}
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0); !errors.Is(err, ErrUnavailable) {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("all busy: %v; want ErrUnavailable", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestRouteTemperature(t *testing.T) {
 	f.store("a", 0, toks, 8, radix.TierDevice)
 	counts := map[string]int{}
 	for range 2000 {
-		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 1.0)
+		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 1.0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestRouteTemperature(t *testing.T) {
 	}
 	counts = map[string]int{}
 	for range 200 {
-		d, _ := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0)
+		d, _ := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 		counts[d.WorkerID]++
 	}
 	if counts["a"] != 200 {
@@ -273,7 +273,7 @@ func TestRouteTemperature(t *testing.T) {
 	f.store("c", 0, toks, 8, radix.TierDevice)
 	counts = map[string]int{}
 	for range 200 {
-		d, _ := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0)
+		d, _ := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 		counts[d.WorkerID]++
 	}
 	if counts["a"] < 50 || counts["c"] < 50 || counts["b"] != 0 {
@@ -289,13 +289,13 @@ func TestPredictionGroupsBurst(t *testing.T) {
 				f.addWorker(fmt.Sprint("w", i), "m", 1)
 			}
 			toks := tokens(500, 32*bs)
-			first, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0)
+			first, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			same := 0
 			for range 20 {
-				d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0)
+				d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -333,7 +333,7 @@ func TestApproximateWorkerCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	p1 := tokens(1, 8*bs)
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: p1}, "", 0); err != nil {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: p1}, "", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	res, _ := f.r.Score(&Prompt{Model: "m", Tokens: p1})
@@ -341,7 +341,7 @@ func TestApproximateWorkerCapacity(t *testing.T) {
 		t.Fatalf("approximate worker predicted %d of 8 blocks", res.Scores[0].Matched)
 	}
 	// 8 more blocks of another prompt push the oldest 6 of p1 out (capacity 10).
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(9000, 8*bs)}, "", 0); err != nil {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(9000, 8*bs)}, "", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	res, _ = f.r.Score(&Prompt{Model: "m", Tokens: p1})
@@ -377,7 +377,7 @@ func TestPromptErrors(t *testing.T) {
 		{"unknown model", Prompt{Model: "nope", Tokens: tokens(1, 16)}, ErrNotFound, "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := f.r.Route(&tc.p, "", 0)
+			_, err := f.r.Route(&tc.p, "", 0, 0)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
 				t.Fatalf("Route: %v; want %v mentioning %q", err, tc.want, tc.text)
 			}
@@ -386,7 +386,7 @@ func TestPromptErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 16)}, "", -1); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 16)}, "", -1, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("negative temperature: %v", err)
 	}
 }
@@ -408,7 +408,7 @@ func TestMultimodalItemsChangeHashes(t *testing.T) {
 func TestRemoveWorkerReleasesLoad(t *testing.T) {
 	f := newFixture(t, nil)
 	f.addWorker("a", "m", 2)
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 32)}, "r1", 0); err != nil {
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 32)}, "r1", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	f.r.RemoveWorker("a")
@@ -420,5 +420,21 @@ func TestRemoveWorkerReleasesLoad(t *testing.T) {
 	}
 	if err := f.r.AddWorker(Worker{ID: "a", Model: "m"}); err != nil {
 		t.Fatalf("re-adding a removed worker: %v", err)
+	}
+}
+
+func TestRouteMaxCandidates(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisablePrediction = true })
+	toks := tokens(1, 8*bs)
+	for i := range 6 {
+		f.addWorker(fmt.Sprint("w", i), "m", 1)
+		f.store(fmt.Sprint("w", i), 0, toks, i, radix.TierDevice) // w5 holds the most
+	}
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Candidates) != 3 || d.Candidates[0].WorkerID != "w5" || d.Candidates[1].WorkerID != "w4" || d.Candidates[2].WorkerID != "w3" {
+		t.Fatalf("candidates %+v; want w5 (chosen), w4, w3", d.Candidates)
 	}
 }

@@ -162,7 +162,7 @@ func (s *Server) Route(_ context.Context, req *kvrouterv1.RouteRequest) (*kvrout
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.router.Route(p, req.GetRequestId(), req.GetTemperature())
+	d, err := s.router.Route(p, req.GetRequestId(), req.GetTemperature(), int(req.GetMaxCandidates()))
 	if err != nil {
 		return nil, grpcError(err)
 	}

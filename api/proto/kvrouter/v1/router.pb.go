@@ -407,7 +407,10 @@ type RouteRequest struct {
 	// request_id, when set, makes the request count as active load until MarkFinished.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// temperature 0 (or unset) picks the minimum cost; above 0 samples a softmax over costs.
-	Temperature   *float64 `protobuf:"fixed64,3,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	Temperature *float64 `protobuf:"fixed64,3,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// max_candidates limits RouteResponse.candidates to the N cheapest (the chosen one always
+	// included); 0 returns every candidate. Gateways on the hot path set it to save marshaling.
+	MaxCandidates uint32 `protobuf:"varint,4,opt,name=max_candidates,json=maxCandidates,proto3" json:"max_candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +466,13 @@ func (x *RouteRequest) GetTemperature() float64 {
 	return 0
 }
 
+func (x *RouteRequest) GetMaxCandidates() uint32 {
+	if x != nil {
+		return x.MaxCandidates
+	}
+	return 0
+}
+
 type RouteResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -472,7 +482,7 @@ type RouteResponse struct {
 	MatchedBlocks uint32  `protobuf:"varint,4,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
 	PromptBlocks  uint32  `protobuf:"varint,5,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`
 	Cost          float64 `protobuf:"fixed64,6,opt,name=cost,proto3" json:"cost,omitempty"`
-	// candidates lists every candidate considered, with its cost terms.
+	// candidates lists every candidate considered (or the max_candidates cheapest), with its cost terms.
 	Candidates    []*Candidate `protobuf:"bytes,7,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1248,12 +1258,13 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\vdisk_blocks\x18\a \x01(\rR\n" +
 	"diskBlocks\x12'\n" +
 	"\x0fexternal_blocks\x18\b \x01(\rR\x0eexternalBlocks\x12)\n" +
-	"\x10predicted_blocks\x18\t \x01(\rR\x0fpredictedBlocks\"\x91\x01\n" +
+	"\x10predicted_blocks\x18\t \x01(\rR\x0fpredictedBlocks\"\xb8\x01\n" +
 	"\fRouteRequest\x12+\n" +
 	"\x06prompt\x18\x01 \x01(\v2\x13.kvrouter.v1.PromptR\x06prompt\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12%\n" +
-	"\vtemperature\x18\x03 \x01(\x01H\x00R\vtemperature\x88\x01\x01B\x0e\n" +
+	"\vtemperature\x18\x03 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12%\n" +
+	"\x0emax_candidates\x18\x04 \x01(\rR\rmaxCandidatesB\x0e\n" +
 	"\f_temperature\"\xf9\x01\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
