@@ -1,0 +1,437 @@
+package radix
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+)
+
+// Config configures an Index.
+type Config struct {
+	// Shards is the number of shards, rounded up to a power of two and capped
+	// at MaxShards; 0 means DefaultShards.
+	Shards int
+	// CheckInvariants runs the expensive consistency check after every
+	// mutating call and panics on a violation. For tests.
+	CheckInvariants bool
+}
+
+// Shard counts.
+const (
+	DefaultShards = 64
+	MaxShards     = 256
+)
+
+// Stats are the index's counters.
+type Stats struct {
+	Stores         uint64 // Store calls applied
+	Removes        uint64 // Remove calls
+	BlocksStored   uint64 // blocks of applied Stores and StoreTiers
+	BlocksRemoved  uint64 // tier copies removed
+	ParentNotFound uint64 // Stores dropped for an unknown parent
+	Invalid        uint64 // Stores dropped as invalid
+	BlockNotFound  uint64 // unknown engine hashes in StoreTier and Remove
+	DuplicateStore uint64 // stores of a copy the worker already held
+	Nodes          uint64 // live tree nodes
+	Residencies    uint64 // (block, worker/rank) pairs
+}
+
+// Index is a sharded radix index of the KV blocks cached by each worker/rank.
+// All methods are safe for concurrent use; the calls for one worker/rank are
+// expected from one goroutine at a time, in event order.
+type Index struct {
+	cfg    Config
+	shards []*shard
+	shift  uint // 64 - log2(len(shards))
+	reg    registry
+	pool   sync.Pool // *matchScratch
+}
+
+// New returns an empty index.
+func New(cfg Config) *Index {
+	n := cfg.Shards
+	if n <= 0 {
+		n = DefaultShards
+	}
+	if n > MaxShards {
+		n = MaxShards
+	}
+	lg := bits.Len(uint(n - 1))
+	n = 1 << lg
+	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg)}
+	for i := range ix.shards {
+		ix.shards[i] = newShard()
+	}
+	return ix
+}
+
+// shardOf picks the shard of a root child by its block hash.
+func (ix *Index) shardOf(h uint64) int {
+	if ix.shift == 64 {
+		return 0
+	}
+	return int(fmix64(h^0x2545f4914f6cdd1d) >> ix.shift)
+}
+
+// Store attaches blocks, in sequence order, under the node of parent (an engine
+// hash on worker w) or under the root when !hasParent, on tier. An unknown
+// parent returns ErrParentNotFound; a run that repeats an engine hash or names
+// its own parent, or a bad tier, returns ErrInvalid. Either way the store is
+// dropped, counted, and the state is untouched. Re-storing a block w already
+// holds on tier is idempotent for Match but counted per copy; storing a known
+// engine hash under a different prefix moves it there.
+func (ix *Index) Store(w Worker, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
+	ws := ix.reg.getOrCreate(w)
+	ws.mu.Lock()
+	err := ix.store(ws, parent, hasParent, tier, blocks)
+	ws.mu.Unlock()
+	ix.checkAfter()
+	return err
+}
+
+func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
+	if tier >= NumTiers {
+		ws.invalid.Add(1)
+		return fmt.Errorf("store on %s: tier %d: %w", ws.w, tier, ErrInvalid)
+	}
+	if len(blocks) == 0 {
+		ws.stores.Add(1)
+		return nil
+	}
+	if err := ws.checkRun(parent, hasParent, blocks); err != nil {
+		ws.invalid.Add(1)
+		return err
+	}
+	si, pnode := 0, uint32(rootID)
+	if hasParent {
+		b, ok := ws.blocks[parent]
+		if !ok {
+			ws.parentNotFound.Add(1)
+			return fmt.Errorf("store on %s: parent %#x: %w", ws.w, parent, ErrParentNotFound)
+		}
+		si, pnode = b.shard(), b.node()
+	} else {
+		si = ix.shardOf(blocks[0].BlockHash)
+	}
+	// An engine hash bound in another shard is being re-bound to a different
+	// prefix: drop the old binding first (one shard lock at a time).
+	for _, bl := range blocks {
+		if b, ok := ws.blocks[bl.EngineHash]; ok && b.shard() != si {
+			ix.unbind(ws, bl.EngineHash, b)
+		}
+	}
+	if ws.blocks == nil {
+		ws.blocks = make(map[uint64]binding, len(blocks))
+	}
+	sh := ix.shards[si]
+	sh.mu.Lock()
+	k, prev := sh.key(pnode), pnode
+	var memo setMemo
+	var dups uint64
+	for _, bl := range blocks {
+		k = pathKey(k, bl.BlockHash)
+		id := sh.child(prev, k)
+		b, had := ws.blocks[bl.EngineHash]
+		switch {
+		case had && b.node() == id:
+			c := b.copies(tier)
+			if c > 0 {
+				dups++
+			} else {
+				sh.adjust(id, ws.slot, tierOne(tier, 1), &memo)
+			}
+			if c < maxCopies {
+				c++
+			}
+			ws.blocks[bl.EngineHash] = b.withCopies(tier, c)
+		default:
+			// Hold the new node before dropping an old binding in this shard,
+			// so that freeing the old node can never free the new path.
+			sh.adjust(id, ws.slot, tierOne(tier, 1), &memo)
+			if had {
+				sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
+			}
+			ws.blocks[bl.EngineHash] = makeBinding(si, id).withCopies(tier, 1)
+		}
+		prev = id
+	}
+	sh.mu.Unlock()
+	if len(ws.blocks) > ws.peak {
+		ws.peak = len(ws.blocks)
+	}
+	ws.setCached()
+	ws.stores.Add(1)
+	ws.blocksStored.Add(uint64(len(blocks)))
+	ws.dupStore.Add(dups)
+	return nil
+}
+
+func tierOne(t Tier, v int8) tierDelta {
+	var d tierDelta
+	d[t] = v
+	return d
+}
+
+// unbind drops every copy of engine hash eh, bound at b, from the tree.
+func (ix *Index) unbind(ws *workerState, eh uint64, b binding) {
+	sh := ix.shards[b.shard()]
+	sh.mu.Lock()
+	var memo setMemo
+	sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
+	sh.mu.Unlock()
+	delete(ws.blocks, eh)
+}
+
+// checkRun rejects a run that repeats an engine hash or names its own parent.
+func (ws *workerState) checkRun(parent uint64, hasParent bool, blocks []Block) error {
+	bad := func(eh uint64, what string) error {
+		return fmt.Errorf("store on %s: engine hash %#x %s: %w", ws.w, eh, what, ErrInvalid)
+	}
+	if hasParent {
+		for _, b := range blocks {
+			if b.EngineHash == parent {
+				return bad(parent, "is its own parent")
+			}
+		}
+	}
+	if len(blocks) <= 32 {
+		for i := 1; i < len(blocks); i++ {
+			for j := 0; j < i; j++ {
+				if blocks[i].EngineHash == blocks[j].EngineHash {
+					return bad(blocks[i].EngineHash, "repeated in run")
+				}
+			}
+		}
+		return nil
+	}
+	if ws.seen == nil {
+		ws.seen = make(map[uint64]struct{}, len(blocks))
+	}
+	defer clear(ws.seen)
+	for _, b := range blocks {
+		if _, dup := ws.seen[b.EngineHash]; dup {
+			return bad(b.EngineHash, "repeated in run")
+		}
+		ws.seen[b.EngineHash] = struct{}{}
+	}
+	return nil
+}
+
+// StoreTier adds a copy on tier to blocks w already holds, named by engine
+// hash only. Unknown hashes are counted and ErrBlockNotFound is returned after
+// the rest are applied.
+func (ix *Index) StoreTier(w Worker, engineHashes []uint64, tier Tier) error {
+	ws := ix.reg.getOrCreate(w)
+	ws.mu.Lock()
+	err := ix.update(ws, engineHashes, tier, +1)
+	ws.mu.Unlock()
+	ix.checkAfter()
+	return err
+}
+
+// Remove drops one copy of each engine hash from tier. Unknown hashes (or ones
+// with no copy on tier) are counted and ErrBlockNotFound is returned after the
+// rest are applied. A block with no copy left on any tier leaves w, and a node
+// no worker holds (and that has no children) is freed.
+func (ix *Index) Remove(w Worker, engineHashes []uint64, tier Tier) error {
+	ws := ix.reg.get(w)
+	if ws == nil {
+		ws = ix.reg.getOrCreate(w)
+	}
+	ws.mu.Lock()
+	err := ix.update(ws, engineHashes, tier, -1)
+	ws.mu.Unlock()
+	ix.checkAfter()
+	return err
+}
+
+// update adds (dir > 0) or removes one copy on tier for each engine hash.
+func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) error {
+	op := "remove"
+	if dir > 0 {
+		op = "store tier"
+	}
+	if tier >= NumTiers {
+		ws.blockNotFound.Add(uint64(len(hashes)))
+		return fmt.Errorf("%s on %s: tier %d: %w", op, ws.w, tier, ErrBlockNotFound)
+	}
+	var sh *shard
+	cur := -1
+	var memo setMemo
+	missing, applied, dups := 0, 0, 0
+	for _, eh := range hashes {
+		b, ok := ws.blocks[eh]
+		if !ok || (dir < 0 && b.copies(tier) == 0) {
+			missing++
+			continue
+		}
+		applied++
+		c := b.copies(tier)
+		if dir > 0 {
+			if c < maxCopies {
+				b = b.withCopies(tier, c+1)
+			}
+			if c > 0 {
+				dups++
+				ws.blocks[eh] = b
+				continue
+			}
+		} else {
+			b = b.withCopies(tier, c-1)
+			if c > 1 {
+				ws.blocks[eh] = b
+				continue
+			}
+		}
+		if b.shard() != cur {
+			if sh != nil {
+				sh.mu.Unlock()
+			}
+			cur, sh = b.shard(), ix.shards[b.shard()]
+			sh.mu.Lock()
+			memo = setMemo{}
+		}
+		sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo)
+		if b.empty() {
+			delete(ws.blocks, eh)
+		} else {
+			ws.blocks[eh] = b
+		}
+	}
+	if sh != nil {
+		sh.mu.Unlock()
+	}
+	if dir > 0 {
+		ws.blocksStored.Add(uint64(applied))
+		ws.dupStore.Add(uint64(dups))
+		if len(ws.blocks) > ws.peak {
+			ws.peak = len(ws.blocks)
+		}
+	} else {
+		ws.removes.Add(1)
+		ws.blocksRemoved.Add(uint64(applied))
+		ws.maybeShrink()
+	}
+	ws.setCached()
+	if missing > 0 {
+		ws.blockNotFound.Add(uint64(missing))
+		return fmt.Errorf("%s on %s: %d of %d engine hashes unknown on tier %d: %w",
+			op, ws.w, missing, len(hashes), tier, ErrBlockNotFound)
+	}
+	return nil
+}
+
+// Clear drops everything w holds, on every tier.
+func (ix *Index) Clear(w Worker) {
+	if ws := ix.reg.get(w); ws != nil {
+		ws.mu.Lock()
+		ix.clear(ws)
+		ws.mu.Unlock()
+		ix.checkAfter()
+	}
+}
+
+func (ix *Index) clear(ws *workerState) {
+	if len(ws.blocks) == 0 {
+		return
+	}
+	all := make([]binding, 0, len(ws.blocks))
+	for _, b := range ws.blocks {
+		all = append(all, b)
+	}
+	// Group by shard, then node, so each shard is locked once and runs of
+	// nodes sharing a holder set hit the memo.
+	slices.SortFunc(all, func(a, b binding) int {
+		const place = 1<<40 - 1 // shard and node
+		return cmp.Compare(a&place, b&place)
+	})
+	for i := 0; i < len(all); {
+		si := all[i].shard()
+		sh := ix.shards[si]
+		sh.mu.Lock()
+		var memo setMemo
+		for ; i < len(all) && all[i].shard() == si; i++ {
+			sh.adjust(all[i].node(), ws.slot, all[i].holderDelta(), &memo)
+		}
+		sh.mu.Unlock()
+	}
+	ws.blocks, ws.peak = nil, 0
+	ws.setCached()
+}
+
+// RemoveWorker drops everything held by every rank of worker id.
+func (ix *Index) RemoveWorker(id string) {
+	for _, ws := range ix.reg.all() {
+		if ws.w.ID != id {
+			continue
+		}
+		ws.mu.Lock()
+		ix.clear(ws)
+		ws.mu.Unlock()
+	}
+	ix.checkAfter()
+}
+
+// Cached returns the number of blocks in w's index.
+func (ix *Index) Cached(w Worker) uint64 {
+	if ws := ix.reg.get(w); ws != nil {
+		return ws.cached.Load()
+	}
+	return 0
+}
+
+// Workers returns every worker/rank holding at least one block, sorted by ID
+// then rank.
+func (ix *Index) Workers() []Worker {
+	var out []Worker
+	for _, ws := range ix.reg.all() {
+		if ws.cached.Load() > 0 {
+			out = append(out, ws.w)
+		}
+	}
+	slices.SortFunc(out, func(a, b Worker) int {
+		if a.ID != b.ID {
+			if a.ID < b.ID {
+				return -1
+			}
+			return 1
+		}
+		return int(a.DPRank) - int(b.DPRank)
+	})
+	return out
+}
+
+// Stats returns the counters, summed over workers and shards.
+func (ix *Index) Stats() Stats {
+	var st Stats
+	for _, ws := range ix.reg.all() {
+		st.Stores += ws.stores.Load()
+		st.Removes += ws.removes.Load()
+		st.BlocksStored += ws.blocksStored.Load()
+		st.BlocksRemoved += ws.blocksRemoved.Load()
+		st.ParentNotFound += ws.parentNotFound.Load()
+		st.Invalid += ws.invalid.Load()
+		st.BlockNotFound += ws.blockNotFound.Load()
+		st.DuplicateStore += ws.dupStore.Load()
+		st.Residencies += ws.cached.Load()
+	}
+	for _, sh := range ix.shards {
+		sh.mu.RLock()
+		st.Nodes += uint64(sh.live)
+		sh.mu.RUnlock()
+	}
+	return st
+}
+
+func (ix *Index) checkAfter() {
+	if ix.cfg.CheckInvariants {
+		if err := ix.CheckInvariants(); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// String formats a worker/rank as id/rank.
+func (w Worker) String() string { return fmt.Sprintf("%s/%d", w.ID, w.DPRank) }

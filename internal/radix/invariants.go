@@ -1,0 +1,167 @@
+package radix
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CheckInvariants verifies the whole index: tree structure, child keys, holder
+// set contents, reference counts and interning, and that every worker's
+// bindings agree with the holder sets. It locks everything; use it in tests.
+func (ix *Index) CheckInvariants() error {
+	wss := ix.reg.all()
+	for _, ws := range wss {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+	}
+	for _, sh := range ix.shards {
+		sh.mu.RLock()
+		defer sh.mu.RUnlock()
+	}
+	type hkey struct {
+		shard      int
+		node, slot uint32
+	}
+	want := make(map[hkey][NumTiers]uint32)
+	var errs []error
+	fail := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	for _, ws := range wss {
+		if got := ws.cached.Load(); got != uint64(len(ws.blocks)) {
+			fail("worker %s: cached %d, holds %d", ws.w, got, len(ws.blocks))
+		}
+		for eh, b := range ws.blocks {
+			if b.empty() {
+				fail("worker %s: engine hash %#x bound with no copies", ws.w, eh)
+				continue
+			}
+			if b.shard() >= len(ix.shards) {
+				fail("worker %s: engine hash %#x in shard %d", ws.w, eh, b.shard())
+				continue
+			}
+			sh := ix.shards[b.shard()]
+			if b.node() == rootID || b.node() >= sh.next || sh.meta(b.node()).parent == noParent {
+				fail("worker %s: engine hash %#x bound to dead node %d/%d", ws.w, eh, b.shard(), b.node())
+				continue
+			}
+			hk := hkey{b.shard(), b.node(), ws.slot}
+			c := want[hk]
+			for t := Tier(0); t < NumTiers; t++ {
+				if b.copies(t) > 0 {
+					c[t]++
+				}
+			}
+			want[hk] = c
+		}
+	}
+	for si, sh := range ix.shards {
+		free := make(map[uint32]bool, len(sh.free))
+		for _, id := range sh.free {
+			if free[id] || id == rootID || id >= sh.next {
+				fail("shard %d: bad free node %d", si, id)
+			}
+			free[id] = true
+		}
+		refs := make([]uint32, len(sh.sets))
+		nchild := make(map[uint32]uint32)
+		live := 0
+		for id := uint32(1); id < sh.next; id++ {
+			m := sh.meta(id)
+			if free[id] {
+				if m.parent != noParent {
+					fail("shard %d: free node %d has a parent", si, id)
+				}
+				continue
+			}
+			live++
+			if m.parent == noParent || m.parent >= sh.next || free[m.parent] {
+				fail("shard %d: node %d has bad parent %d", si, id, m.parent)
+				continue
+			}
+			nchild[m.parent]++
+			if got, ok := sh.lookup(m.parent, sh.key(id)); !ok || got != id {
+				fail("shard %d: node %d not found by its key (got %d, %v)", si, id, got, ok)
+			}
+			if int(m.set) >= len(sh.sets) {
+				fail("shard %d: node %d has bad set %d", si, id, m.set)
+				continue
+			}
+			refs[m.set]++
+			if m.set == emptySet && m.nchild == 0 {
+				fail("shard %d: node %d is held by nobody and has no children", si, id)
+			}
+			for _, e := range sh.sets[m.set].e {
+				hk := hkey{si, id, entrySlot(e)}
+				w, ok := want[hk]
+				if !ok {
+					fail("shard %d: node %d lists slot %d, which binds nothing there", si, id, entrySlot(e))
+					continue
+				}
+				for t := Tier(0); t < NumTiers; t++ {
+					if got := entryCount(e, t); got != min(w[t], 0xff) {
+						fail("shard %d: node %d slot %d tier %d: count %d, bindings %d", si, id, entrySlot(e), t, got, w[t])
+					}
+				}
+				delete(want, hk)
+			}
+		}
+		if live != sh.live {
+			fail("shard %d: live %d, counted %d", si, sh.live, live)
+		}
+		for id := uint32(0); id < sh.next; id++ {
+			if free[id] {
+				continue
+			}
+			if got := sh.meta(id).nchild; got != nchild[id] {
+				fail("shard %d: node %d nchild %d, counted %d", si, id, got, nchild[id])
+			}
+		}
+		if sh.meta(rootID).set != emptySet {
+			fail("shard %d: root is held", si)
+		}
+		if len(sh.kids)+len(sh.over) != live {
+			fail("shard %d: %d keys for %d live nodes", si, len(sh.kids)+len(sh.over), live)
+		}
+		freeSet := make(map[uint32]bool)
+		for _, id := range sh.freeSets {
+			freeSet[id] = true
+		}
+		for id := 1; id < len(sh.sets); id++ {
+			hs := &sh.sets[id]
+			if freeSet[uint32(id)] {
+				if hs.e != nil || refs[id] != 0 {
+					fail("shard %d: free set %d in use", si, id)
+				}
+				continue
+			}
+			if hs.refs != refs[id] || hs.refs == 0 {
+				fail("shard %d: set %d refs %d, counted %d", si, id, hs.refs, refs[id])
+			}
+			var h uint64
+			for i, e := range hs.e {
+				if uint32(e) == 0 || (i > 0 && entrySlot(hs.e[i-1]) >= entrySlot(e)) {
+					fail("shard %d: set %d: bad entry %d (%#x)", si, id, i, e)
+				}
+				h += mixEntry(e)
+			}
+			if h != hs.hash || len(hs.e) == 0 {
+				fail("shard %d: set %d: bad hash or empty", si, id)
+			}
+			if iid, ok := sh.intern[hs.hash]; hs.interned && (!ok || iid != uint32(id)) {
+				fail("shard %d: set %d not interned", si, id)
+			}
+		}
+		for h, id := range sh.intern {
+			if int(id) >= len(sh.sets) || !sh.sets[id].interned || sh.sets[id].hash != h {
+				fail("shard %d: bad intern entry %#x -> %d", si, h, id)
+			}
+		}
+	}
+	for hk := range want {
+		fail("worker slot %d: bound to node %d/%d, which does not list it", hk.slot, hk.shard, hk.node)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,363 @@
+package radix
+
+import (
+	"sort"
+	"sync"
+)
+
+// A shard owns the subtrees of the root children whose block hash maps to it.
+// Everything in a shard is guarded by mu: writers (one run, one remove batch)
+// take it exclusively, Match takes it shared.
+//
+// Nodes live in a chunked arena and are named by uint32 ids; a node is keyed in
+// the shard's kids map by its path key, a 64-bit hash chained from the root
+// through the block hashes of its path (see pathKey). Because the query's path
+// keys can be computed from the prompt alone, a match needs one map probe per
+// depth and no per-node child maps.
+//
+// A node does not list its holders itself: it points to an interned, immutable,
+// reference-counted holder set (sorted holder entries). Nodes along a shared
+// prefix usually have the same holders, so they point to the same set: the
+// memory is shared and Match detects "nobody leaves here" by comparing set ids.
+type shard struct {
+	mu sync.RWMutex
+
+	chunks []*nodeChunk
+	next   uint32   // ids below next have been handed out
+	free   []uint32 // freed node ids, reused first
+	live   int      // live nodes, root excluded
+
+	kids     map[uint64]uint32 // path key -> node id
+	kidsPeak int               // largest len(kids) since the map was built
+	over     map[ovKey]uint32  // nodes whose path key collides with another live node's
+
+	sets     []hset
+	freeSets []uint32
+	intern   map[uint64]uint32 // set content hash -> set id
+	scratch  []uint64
+
+	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+const (
+	chunkBits = 12
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+
+	rootID   = 0
+	noParent = ^uint32(0)
+	emptySet = 0
+
+	// rootKey is the path key of every shard's root.
+	rootKey = 0x6b76726f75746572 // "kvrouter"
+)
+
+type nodeMeta struct {
+	parent uint32 // noParent for the root and for free nodes
+	set    uint32 // holder set id; emptySet when no worker holds the node
+	nchild uint32 // live children
+}
+
+type nodeChunk struct {
+	key  [chunkSize]uint64
+	meta [chunkSize]nodeMeta
+}
+
+type ovKey struct {
+	parent uint32
+	key    uint64
+}
+
+// hset is an immutable sorted set of holder entries (see entry), shared by
+// every node whose holders are exactly these.
+type hset struct {
+	e        []uint64
+	hash     uint64 // sum of mixEntry over e
+	refs     uint32 // nodes pointing here
+	interned bool   // intern[hash] == this set
+}
+
+// A holder entry packs a worker slot (high 32 bits) and, per tier t, the number
+// of the worker's engine hashes bound to the node that have a copy on t (8 bits
+// at bit 8t, saturating). Sorting entries sorts them by slot.
+func entrySlot(e uint64) uint32 { return uint32(e >> 32) }
+
+func entryCount(e uint64, t Tier) uint32 { return uint32(e>>(8*t)) & 0xff }
+
+// bestTier is the best tier the entry holds a copy on. e must hold one.
+func bestTier(e uint64) Tier {
+	c := uint32(e)
+	var t Tier
+	for c&0xff == 0 {
+		c >>= 8
+		t++
+	}
+	return t
+}
+
+// tierDelta is a per-tier change of holder counts, packed as one int8 per tier.
+type tierDelta [NumTiers]int8
+
+func applyDelta(e uint64, d tierDelta) uint64 {
+	out := e &^ 0xffffffff
+	for t := Tier(0); t < NumTiers; t++ {
+		c := int(entryCount(e, t)) + int(d[t])
+		if c < 0 {
+			c = 0
+		} else if c > 0xff {
+			c = 0xff
+		}
+		out |= uint64(c) << (8 * t)
+	}
+	return out
+}
+
+func newShard() *shard {
+	s := &shard{}
+	s.reset()
+	return s
+}
+
+// reset returns the shard to its empty state, releasing all memory.
+func (s *shard) reset() {
+	s.chunks = []*nodeChunk{new(nodeChunk)}
+	s.chunks[0].key[rootID] = rootKey
+	s.chunks[0].meta[rootID] = nodeMeta{parent: noParent}
+	s.next = 1
+	s.free = nil
+	s.live = 0
+	s.kids = make(map[uint64]uint32)
+	s.kidsPeak = 0
+	s.over = nil
+	s.sets = []hset{{}} // emptySet
+	s.freeSets = nil
+	s.intern = make(map[uint64]uint32)
+	s.scratch = nil
+}
+
+func (s *shard) meta(id uint32) *nodeMeta { return &s.chunks[id>>chunkBits].meta[id&chunkMask] }
+
+func (s *shard) key(id uint32) uint64 { return s.chunks[id>>chunkBits].key[id&chunkMask] }
+
+// lookup finds the child of parent whose path key is k.
+func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
+	id, ok := s.kids[k]
+	if !ok {
+		return 0, false
+	}
+	if s.meta(id).parent == parent {
+		return id, true
+	}
+	if len(s.over) == 0 {
+		return 0, false
+	}
+	id, ok = s.over[ovKey{parent, k}]
+	return id, ok
+}
+
+// child finds or creates the child of parent whose path key is k.
+func (s *shard) child(parent uint32, k uint64) uint32 {
+	if id, ok := s.lookup(parent, k); ok {
+		return id
+	}
+	var id uint32
+	if n := len(s.free); n > 0 {
+		id = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		id = s.next
+		s.next++
+		if int(id>>chunkBits) == len(s.chunks) {
+			s.chunks = append(s.chunks, new(nodeChunk))
+		}
+	}
+	s.chunks[id>>chunkBits].key[id&chunkMask] = k
+	*s.meta(id) = nodeMeta{parent: parent}
+	s.meta(parent).nchild++
+	if _, taken := s.kids[k]; taken {
+		if s.over == nil {
+			s.over = make(map[ovKey]uint32)
+		}
+		s.over[ovKey{parent, k}] = id
+	} else {
+		s.kids[k] = id
+		if len(s.kids) > s.kidsPeak {
+			s.kidsPeak = len(s.kids)
+		}
+	}
+	s.live++
+	return id
+}
+
+// release frees id and then every ancestor left with no holder and no child.
+func (s *shard) release(id uint32) {
+	for id != rootID {
+		m := s.meta(id)
+		if m.set != emptySet || m.nchild != 0 {
+			return
+		}
+		k, p := s.key(id), m.parent
+		if cur, ok := s.kids[k]; ok && cur == id {
+			delete(s.kids, k)
+			for ok2, oid := range s.over {
+				if ok2.key == k {
+					delete(s.over, ok2)
+					s.kids[k] = oid
+					break
+				}
+			}
+		} else {
+			delete(s.over, ovKey{p, k})
+		}
+		m.parent = noParent
+		s.meta(p).nchild--
+		s.free = append(s.free, id)
+		s.live--
+		id = p
+	}
+	if s.live == 0 {
+		s.reset()
+		return
+	}
+	// Go maps never shrink: rebuild the map once it is much smaller than its peak.
+	if s.kidsPeak > 4096 && len(s.kids) < s.kidsPeak/4 {
+		m := make(map[uint64]uint32, len(s.kids))
+		for k, v := range s.kids {
+			m[k] = v
+		}
+		s.kids, s.kidsPeak = m, len(m)
+	}
+}
+
+// setMemo caches the last holder-set transition of one operation: for one
+// worker slot and one delta, old set -> new set. Runs along a shared prefix
+// hit it at every node after the first.
+type setMemo struct {
+	ok       bool
+	old, new uint32
+	d        tierDelta
+}
+
+// adjust applies d to slot's holder entry on node id, moving the node to the
+// interned set that results, and frees the node if nobody holds it any more.
+func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) {
+	m := s.meta(id)
+	old := m.set
+	var nw uint32
+	if memo.ok && memo.old == old && memo.d == d && (memo.new == emptySet || s.sets[memo.new].refs > 0) {
+		nw = memo.new
+	} else {
+		nw = s.derive(old, slot, d)
+		*memo = setMemo{ok: true, old: old, new: nw, d: d}
+	}
+	if nw == old {
+		return
+	}
+	if nw != emptySet {
+		s.sets[nw].refs++
+	}
+	m.set = nw
+	if old != emptySet {
+		hs := &s.sets[old]
+		hs.refs--
+		if hs.refs == 0 {
+			if hs.interned {
+				delete(s.intern, hs.hash)
+			}
+			*hs = hset{}
+			s.freeSets = append(s.freeSets, old)
+			if memo.new == old {
+				memo.ok = false
+			}
+		}
+	}
+	if nw == emptySet {
+		s.release(id)
+	}
+}
+
+// derive returns the id of the set equal to set old with d applied to slot's
+// entry, creating it if no interned set has that content. The caller takes the
+// reference.
+func (s *shard) derive(old, slot uint32, d tierDelta) uint32 {
+	oe := s.sets[old].e
+	i := sort.Search(len(oe), func(i int) bool { return entrySlot(oe[i]) >= slot })
+	found := i < len(oe) && entrySlot(oe[i]) == slot
+	cur := uint64(slot) << 32
+	if found {
+		cur = oe[i]
+	}
+	ne := applyDelta(cur, d)
+	if ne == cur {
+		return old
+	}
+	h := s.sets[old].hash
+	if found {
+		h -= mixEntry(cur)
+	}
+	keep := uint32(ne) != 0
+	if keep {
+		h += mixEntry(ne)
+	}
+	buf := append(s.scratch[:0], oe[:i]...)
+	if keep {
+		buf = append(buf, ne)
+	}
+	if found {
+		buf = append(buf, oe[i+1:]...)
+	} else {
+		buf = append(buf, oe[i:]...)
+	}
+	s.scratch = buf
+	if len(buf) == 0 {
+		return emptySet
+	}
+	iid, exists := s.intern[h]
+	if exists && equalEntries(s.sets[iid].e, buf) {
+		return iid
+	}
+	var id uint32
+	if n := len(s.freeSets); n > 0 {
+		id = s.freeSets[n-1]
+		s.freeSets = s.freeSets[:n-1]
+	} else {
+		id = uint32(len(s.sets))
+		s.sets = append(s.sets, hset{})
+	}
+	s.sets[id] = hset{e: append([]uint64(nil), buf...), hash: h, interned: !exists}
+	if !exists {
+		s.intern[h] = id
+	}
+	return id
+}
+
+func equalEntries(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// fmix64 is MurmurHash3's finalizer, a bijection on uint64.
+func fmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// pathKey chains a child's block hash onto its parent's path key. For a fixed
+// parent key it is a bijection of h, so two children of one node never share a
+// key; keys of different paths may collide and are told apart by parent id.
+func pathKey(parent, h uint64) uint64 {
+	return fmix64(parent ^ (h * 0x9e3779b97f4a7c15))
+}
+
+func mixEntry(e uint64) uint64 { return fmix64(e ^ 0x5bd1e9955bd1e995) }

@@ -1,0 +1,147 @@
+package radix
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// workerState is one worker/rank's view: its engine hashes and where each is
+// bound in the tree. Only the worker's own writer touches blocks, under mu.
+type workerState struct {
+	mu   sync.Mutex
+	w    Worker
+	slot uint32
+
+	blocks map[uint64]binding // engine hash -> binding
+	peak   int                // largest len(blocks) since the map was built
+	seen   map[uint64]struct{}
+
+	cached atomic.Uint64
+
+	stores, removes, blocksStored, blocksRemoved atomic.Uint64
+	parentNotFound, invalid, blockNotFound       atomic.Uint64
+	dupStore                                     atomic.Uint64
+}
+
+// A binding packs where an engine hash sits and how many copies it has per
+// tier: node id (bits 0-31), shard (32-39), then a 6-bit copy count per tier
+// (tier t at bit 40+6t, saturating at maxCopies).
+type binding uint64
+
+const maxCopies = 63
+
+func makeBinding(shard int, node uint32) binding {
+	return binding(uint64(node) | uint64(shard)<<32)
+}
+
+func (b binding) node() uint32 { return uint32(b) }
+func (b binding) shard() int   { return int(b>>32) & 0xff }
+func (b binding) copies(t Tier) uint32 {
+	return uint32(b>>(40+6*uint(t))) & maxCopies
+}
+func (b binding) withCopies(t Tier, c uint32) binding {
+	sh := 40 + 6*uint(t)
+	return b&^(maxCopies<<sh) | binding(c)<<sh
+}
+func (b binding) empty() bool { return b>>40 == 0 }
+
+// holderDelta is the holder-entry change that drops every tier b has copies on.
+func (b binding) holderDelta() tierDelta {
+	var d tierDelta
+	for t := Tier(0); t < NumTiers; t++ {
+		if b.copies(t) > 0 {
+			d[t] = -1
+		}
+	}
+	return d
+}
+
+func (ws *workerState) setCached() { ws.cached.Store(uint64(len(ws.blocks))) }
+
+// maybeShrink rebuilds the blocks map once it is much smaller than its peak,
+// since Go maps never give memory back.
+func (ws *workerState) maybeShrink() {
+	if len(ws.blocks) == 0 {
+		ws.blocks, ws.peak = nil, 0
+		return
+	}
+	if ws.peak > 1024 && len(ws.blocks) < ws.peak/4 {
+		m := make(map[uint64]binding, len(ws.blocks))
+		for k, v := range ws.blocks {
+			m[k] = v
+		}
+		ws.blocks, ws.peak = m, len(m)
+	}
+}
+
+// registry hands out a dense slot per worker/rank. Slots are never reused, so a
+// Match may map a slot found in a holder set to its worker without locks.
+type registry struct {
+	mu  sync.Mutex
+	byW sync.Map // Worker -> *workerState
+	dir atomic.Pointer[[]*slotChunk]
+	n   uint32
+}
+
+const slotChunkBits = 10
+
+type slotChunk [1 << slotChunkBits]atomic.Pointer[workerState]
+
+func (r *registry) get(w Worker) *workerState {
+	if v, ok := r.byW.Load(w); ok {
+		return v.(*workerState)
+	}
+	return nil
+}
+
+func (r *registry) getOrCreate(w Worker) *workerState {
+	if ws := r.get(w); ws != nil {
+		return ws
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ws := r.get(w); ws != nil {
+		return ws
+	}
+	ws := &workerState{w: w, slot: r.n}
+	var dir []*slotChunk
+	if p := r.dir.Load(); p != nil {
+		dir = *p
+	}
+	if int(ws.slot>>slotChunkBits) == len(dir) {
+		nd := make([]*slotChunk, len(dir)+1)
+		copy(nd, dir)
+		nd[len(dir)] = new(slotChunk)
+		dir = nd
+		r.dir.Store(&dir)
+	}
+	dir[ws.slot>>slotChunkBits][ws.slot&(1<<slotChunkBits-1)].Store(ws)
+	r.n++
+	r.byW.Store(w, ws)
+	return ws
+}
+
+// slots returns a snapshot of the slot directory for bySlot.
+func (r *registry) slots() []*slotChunk {
+	if p := r.dir.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func bySlot(dir []*slotChunk, slot uint32) *workerState {
+	return dir[slot>>slotChunkBits][slot&(1<<slotChunkBits-1)].Load()
+}
+
+// all returns every worker state in slot order.
+func (r *registry) all() []*workerState {
+	r.mu.Lock()
+	n := r.n
+	r.mu.Unlock()
+	dir := r.slots()
+	out := make([]*workerState, 0, n)
+	for s := uint32(0); s < n; s++ {
+		out = append(out, bySlot(dir, s))
+	}
+	return out
+}
