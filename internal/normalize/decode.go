@@ -388,7 +388,8 @@ func (rb *RawBatch) decodeEvent(r *reader, ev *RawEvent, idx int) {
 		}
 		name, err := r.readStr()
 		if err != nil {
-			fail(-1, &valueError{start + 1, "tag: " + err.(*typeError).want + " tag, got " + err.(*typeError).got.String()})
+			te := err.(*typeError)
+			fail(-1, &valueError{te.off, "tag: want str, got " + te.got.String()})
 			return
 		}
 		ev.Name = name
