@@ -1,0 +1,668 @@
+package radix
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+)
+
+// refModel is a deliberately naive reference for Index: every worker's engine
+// hashes map to full token paths (strings of block hashes), and every path maps
+// to the set of workers holding it with per-tier counts. It follows the same
+// rules and counts the same things, with no sharing, sharding or cleverness.
+type refModel struct {
+	mu      sync.Mutex
+	binds   map[Worker]map[uint64]*refBind
+	held    map[string]map[Worker]*[NumTiers]int
+	st      Stats
+	touched map[Worker]bool
+}
+
+type refBind struct {
+	path   string
+	copies [NumTiers]int
+}
+
+func newRefModel() *refModel {
+	return &refModel{
+		binds:   make(map[Worker]map[uint64]*refBind),
+		held:    make(map[string]map[Worker]*[NumTiers]int),
+		touched: make(map[Worker]bool),
+	}
+}
+
+func pathAppend(p string, h uint64) string {
+	return p + string(binary.LittleEndian.AppendUint64(nil, h))
+}
+
+func (m *refModel) hold(w Worker, path string, t Tier, d int) {
+	hs := m.held[path]
+	if hs == nil {
+		hs = make(map[Worker]*[NumTiers]int)
+		m.held[path] = hs
+	}
+	c := hs[w]
+	if c == nil {
+		c = new([NumTiers]int)
+		hs[w] = c
+	}
+	c[t] += d
+	if *c == ([NumTiers]int{}) {
+		delete(hs, w)
+		if len(hs) == 0 {
+			delete(m.held, path)
+		}
+	}
+}
+
+func (m *refModel) drop(w Worker, b *refBind) {
+	for t := Tier(0); t < NumTiers; t++ {
+		if b.copies[t] > 0 {
+			m.hold(w, b.path, t, -1)
+		}
+	}
+}
+
+func (m *refModel) Store(w Worker, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.touched[w] = true
+	if tier >= NumTiers {
+		m.st.Invalid++
+		return ErrInvalid
+	}
+	if len(blocks) == 0 {
+		m.st.Stores++
+		return nil
+	}
+	seen := map[uint64]bool{}
+	for _, b := range blocks {
+		if seen[b.EngineHash] || (hasParent && b.EngineHash == parent) {
+			m.st.Invalid++
+			return ErrInvalid
+		}
+		seen[b.EngineHash] = true
+	}
+	bs := m.binds[w]
+	if bs == nil {
+		bs = make(map[uint64]*refBind)
+		m.binds[w] = bs
+	}
+	path := ""
+	if hasParent {
+		p, ok := bs[parent]
+		if !ok {
+			m.st.ParentNotFound++
+			return ErrParentNotFound
+		}
+		path = p.path
+	}
+	for _, bl := range blocks {
+		path = pathAppend(path, bl.BlockHash)
+		b := bs[bl.EngineHash]
+		if b != nil && b.path == path {
+			if b.copies[tier] > 0 {
+				m.st.DuplicateStore++
+			} else {
+				m.hold(w, path, tier, +1)
+			}
+			b.copies[tier]++
+			continue
+		}
+		if b != nil {
+			m.drop(w, b)
+		}
+		nb := &refBind{path: path}
+		nb.copies[tier] = 1
+		bs[bl.EngineHash] = nb
+		m.hold(w, path, tier, +1)
+	}
+	m.st.Stores++
+	m.st.BlocksStored += uint64(len(blocks))
+	return nil
+}
+
+func (m *refModel) update(w Worker, hashes []uint64, tier Tier, dir int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.touched[w] = true
+	if tier >= NumTiers {
+		m.st.BlockNotFound += uint64(len(hashes))
+		return ErrBlockNotFound
+	}
+	if dir < 0 {
+		m.st.Removes++
+	}
+	bs := m.binds[w]
+	missing := 0
+	for _, eh := range hashes {
+		b := bs[eh]
+		if b == nil || (dir < 0 && b.copies[tier] == 0) {
+			missing++
+			continue
+		}
+		if dir > 0 {
+			m.st.BlocksStored++
+			if b.copies[tier] > 0 {
+				m.st.DuplicateStore++
+			} else {
+				m.hold(w, b.path, tier, +1)
+			}
+			b.copies[tier]++
+			continue
+		}
+		m.st.BlocksRemoved++
+		b.copies[tier]--
+		if b.copies[tier] == 0 {
+			m.hold(w, b.path, tier, -1)
+			if b.copies == ([NumTiers]int{}) {
+				delete(bs, eh)
+			}
+		}
+	}
+	if missing > 0 {
+		m.st.BlockNotFound += uint64(missing)
+		return ErrBlockNotFound
+	}
+	return nil
+}
+
+func (m *refModel) StoreTier(w Worker, hs []uint64, t Tier) error { return m.update(w, hs, t, +1) }
+func (m *refModel) Remove(w Worker, hs []uint64, t Tier) error    { return m.update(w, hs, t, -1) }
+
+func (m *refModel) clearLocked(w Worker) {
+	for _, b := range m.binds[w] {
+		m.drop(w, b)
+	}
+	delete(m.binds, w)
+}
+
+func (m *refModel) Clear(w Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clearLocked(w)
+}
+
+func (m *refModel) RemoveWorker(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for w := range m.binds {
+		if w.ID == id {
+			m.clearLocked(w)
+		}
+	}
+}
+
+// Match scores workers one by one, depth by depth. Scores are sorted by worker.
+func (m *refModel) Match(hs []uint64) []Score {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Score
+	if len(hs) == 0 {
+		return out
+	}
+	for w := range m.held[pathAppend("", hs[0])] {
+		s := Score{Worker: w, Cached: uint64(len(m.binds[w]))}
+		path := ""
+		for _, h := range hs {
+			path = pathAppend(path, h)
+			c := m.held[path][w]
+			if c == nil {
+				break
+			}
+			s.Matched++
+			for t := range c {
+				if c[t] > 0 {
+					s.ByTier[t]++
+					break
+				}
+			}
+		}
+		out = append(out, s)
+	}
+	sortScores(out)
+	return out
+}
+
+func (m *refModel) Cached(w Worker) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return uint64(len(m.binds[w]))
+}
+
+func (m *refModel) Workers() []Worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Worker
+	for w, bs := range m.binds {
+		if len(bs) > 0 {
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return workerLess(out[i], out[j]) })
+	return out
+}
+
+// Stats counts nodes as every held path and each of its prefixes.
+func (m *refModel) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.st
+	nodes := map[string]bool{}
+	for p := range m.held {
+		for l := 8; l <= len(p); l += 8 {
+			nodes[p[:l]] = true
+		}
+	}
+	st.Nodes = uint64(len(nodes))
+	for _, bs := range m.binds {
+		st.Residencies += uint64(len(bs))
+	}
+	return st
+}
+
+func workerLess(a, b Worker) bool {
+	if a.ID != b.ID {
+		return a.ID < b.ID
+	}
+	return a.DPRank < b.DPRank
+}
+
+func sortScores(s []Score) {
+	sort.Slice(s, func(i, j int) bool { return workerLess(s[i].Worker, s[j].Worker) })
+}
+
+// opGen draws random operations for the workers of one goroutine from a small
+// universe of paths, so that workers share prefixes, engine hashes collide
+// across workers, runs overlap, and errors of every kind occur.
+type opGen struct {
+	r      *rand.Rand
+	ranks  []Worker
+	salt   map[Worker]uint64
+	maxLen int
+	known  map[Worker][][]uint64 // paths stored before, to extend and to remove
+}
+
+// knownOrRandom returns a path w stored before (or its prefix) most of the time.
+func (g *opGen) knownOrRandom(w Worker) []uint64 {
+	if k := g.known[w]; len(k) > 0 && g.r.IntN(5) != 0 {
+		p := k[g.r.IntN(len(k))]
+		return p[:1+g.r.IntN(len(p))]
+	}
+	return randPrompt(g.r, 1+g.r.IntN(g.maxLen))
+}
+
+// prompt draws a random path of block hashes; block hashes at depth 0 vary
+// more so that prompts spread over shards.
+func randPrompt(r *rand.Rand, n int) []uint64 {
+	p := make([]uint64, n)
+	for i := range p {
+		if i == 0 {
+			p[i] = 100 + uint64(r.IntN(6))
+		} else {
+			p[i] = uint64(r.IntN(3)) + 1
+		}
+	}
+	return p
+}
+
+// eh is the engine hash of a path on w: a hash of the path, salted per worker
+// for odd ranks so that equal engine hashes on different workers mean
+// different things or the same thing.
+func (g *opGen) eh(w Worker, path []uint64) uint64 {
+	h := g.salt[w]
+	for _, b := range path {
+		h = fmix64(h ^ b*0x9e3779b97f4a7c15)
+	}
+	return h % 100000
+}
+
+type randOp struct {
+	kind      string
+	w         Worker
+	parent    uint64
+	hasParent bool
+	tier      Tier
+	blocks    []Block
+	hashes    []uint64
+	path      []uint64 // a store's whole path
+}
+
+// learn remembers the path of a successful store.
+func (g *opGen) learn(op randOp, err error) {
+	if g.known == nil {
+		g.known = make(map[Worker][][]uint64)
+	}
+	switch {
+	case op.kind == "clear":
+		delete(g.known, op.w)
+	case op.kind == "removeworker":
+		for w := range g.known {
+			if w.ID == op.w.ID {
+				delete(g.known, w)
+			}
+		}
+	case op.kind == "store" && err == nil:
+		if k := g.known[op.w]; len(k) < 64 {
+			g.known[op.w] = append(k, op.path)
+		} else {
+			k[g.r.IntN(len(k))] = op.path
+		}
+	}
+}
+
+func (o randOp) String() string {
+	return fmt.Sprintf("%s %s parent=%v/%#x tier=%d blocks=%v hashes=%v", o.kind, o.w, o.hasParent, o.parent, o.tier, o.blocks, o.hashes)
+}
+
+func (g *opGen) randTier() Tier {
+	if g.r.IntN(3) == 0 {
+		return Tier(g.r.IntN(int(NumTiers)))
+	}
+	return TierDevice
+}
+
+func (g *opGen) next() randOp {
+	r := g.r
+	w := g.ranks[r.IntN(len(g.ranks))]
+	op := randOp{w: w, tier: g.randTier()}
+	p := randPrompt(r, 1+r.IntN(g.maxLen))
+	n := r.IntN(100)
+	switch {
+	case n < 55:
+		op.kind = "store"
+		s := 0
+		switch k := r.IntN(10); {
+		case k < 5 && len(g.known[w]) > 0:
+			base := g.knownOrRandom(w)
+			p = append(slices.Clone(base), randPrompt(r, 2+r.IntN(3))[1:]...)
+			s = len(base)
+		case k < 8:
+			s = r.IntN(len(p))
+		}
+		op.path = p
+		if s > 0 {
+			op.hasParent, op.parent = true, g.eh(w, p[:s])
+		}
+		for i := s; i < len(p); i++ {
+			op.blocks = append(op.blocks, Block{EngineHash: g.eh(w, p[:i+1]), BlockHash: p[i]})
+		}
+		switch k := r.IntN(40); {
+		case k == 0 && len(op.blocks) > 1: // repeat an engine hash
+			op.blocks[len(op.blocks)-1].EngineHash = op.blocks[0].EngineHash
+		case k == 1 && op.hasParent: // name its own parent
+			op.blocks[0].EngineHash = op.parent
+		case k == 2: // unknown parent
+			op.hasParent, op.parent = true, 100000+uint64(r.IntN(10))
+		case k < 6: // an engine hash bound elsewhere: rebinds and aliases
+			op.blocks[r.IntN(len(op.blocks))].EngineHash = g.eh(w, randPrompt(r, 1+r.IntN(g.maxLen)))
+		case k == 6:
+			op.tier = NumTiers + 1
+		}
+	case n < 65:
+		op.kind = "storetier"
+		op.hashes = g.someHashes(w)
+	case n < 96:
+		op.kind = "remove"
+		op.hashes = g.someHashes(w)
+		if r.IntN(2) == 0 {
+			op.tier = TierDevice
+		}
+		if r.IntN(50) == 0 {
+			op.tier = NumTiers
+		}
+	case n < 98:
+		op.kind = "clear"
+	default:
+		op.kind = "removeworker"
+	}
+	return op
+}
+
+func (g *opGen) someHashes(w Worker) []uint64 {
+	var hs []uint64
+	for range 1 + g.r.IntN(4) {
+		hs = append(hs, g.eh(w, g.knownOrRandom(w)))
+	}
+	return hs
+}
+
+// apply runs op on both and reports a mismatch of their errors.
+func applyBoth(ix *Index, m *refModel, op randOp) error {
+	var e1, e2 error
+	switch op.kind {
+	case "store":
+		e1 = ix.Store(op.w, op.parent, op.hasParent, op.tier, op.blocks)
+		e2 = m.Store(op.w, op.parent, op.hasParent, op.tier, op.blocks)
+	case "storetier":
+		e1 = ix.StoreTier(op.w, op.hashes, op.tier)
+		e2 = m.StoreTier(op.w, op.hashes, op.tier)
+	case "remove":
+		e1 = ix.Remove(op.w, op.hashes, op.tier)
+		e2 = m.Remove(op.w, op.hashes, op.tier)
+	case "clear":
+		ix.Clear(op.w)
+		m.Clear(op.w)
+	case "removeworker":
+		ix.RemoveWorker(op.w.ID)
+		m.RemoveWorker(op.w.ID)
+	}
+	if (e1 == nil) != (e2 == nil) || (e2 != nil && !errors.Is(e1, e2)) {
+		return fmt.Errorf("%v: index error %v, model error %v", op, e1, e2)
+	}
+	if e2 != nil {
+		return fmt.Errorf("%w: %w", errModel, e2)
+	}
+	return nil
+}
+
+// errModel wraps an error both the index and the model returned.
+var errModel = errors.New("both")
+
+// compareAll checks every match over prompts, every worker's Cached, Workers,
+// Stats and the index's invariants.
+func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, workers []Worker) {
+	t.Helper()
+	if err := ix.CheckInvariants(); err != nil {
+		t.Fatalf("invariants: %v", err)
+	}
+	var buf []Score
+	for _, p := range prompts {
+		buf = ix.Match(p, buf)
+		got := slices.Clone(buf)
+		sortScores(got)
+		want := m.Match(p)
+		if !slices.Equal(got, want) {
+			t.Fatalf("match %v:\n got %v\nwant %v", p, got, want)
+		}
+	}
+	for _, w := range workers {
+		if g, wnt := ix.Cached(w), m.Cached(w); g != wnt {
+			t.Fatalf("cached %s: got %d want %d", w, g, wnt)
+		}
+	}
+	if g, w := ix.Workers(), m.Workers(); !slices.Equal(g, w) {
+		t.Fatalf("workers: got %v want %v", g, w)
+	}
+	if g, w := ix.Stats(), m.Stats(); g != w {
+		t.Fatalf("stats:\n got %+v\nwant %+v", g, w)
+	}
+}
+
+// checkScoreSanity checks what must hold of any match, even one racing writers.
+func checkScoreSanity(p []uint64, scores []Score) error {
+	seen := map[Worker]bool{}
+	for _, s := range scores {
+		if seen[s.Worker] {
+			return fmt.Errorf("match %v: %s scored twice", p, s.Worker)
+		}
+		seen[s.Worker] = true
+		var sum uint32
+		for _, n := range s.ByTier {
+			sum += n
+		}
+		if s.Matched < 1 || int(s.Matched) > len(p) || sum != s.Matched {
+			return fmt.Errorf("match %v: bad score %+v", p, s)
+		}
+	}
+	return nil
+}
+
+func TestRandomSequential(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			ix := New(Config{Shards: 4, CheckInvariants: true})
+			m := newRefModel()
+			r := rand.New(rand.NewPCG(seed, 7))
+			g := &opGen{r: r, salt: map[Worker]uint64{}, maxLen: 6}
+			for i := range 3 {
+				for rank := range 2 {
+					w := Worker{ID: fmt.Sprintf("w%d", i), DPRank: uint32(rank)}
+					g.ranks = append(g.ranks, w)
+					if i%2 == 1 {
+						g.salt[w] = uint64(i*10 + rank + 1)
+					}
+				}
+			}
+			prompts := make([][]uint64, 100)
+			for i := range prompts {
+				prompts[i] = randPrompt(r, 1+r.IntN(8))
+			}
+			for i := range 1500 {
+				op := g.next()
+				err := applyBoth(ix, m, op)
+				if err != nil && !errors.Is(err, errModel) {
+					t.Fatalf("op %d: %v", i, err)
+				}
+				g.learn(op, err)
+				if i%100 == 99 {
+					compareAll(t, ix, m, prompts, g.ranks)
+				}
+			}
+			compareAll(t, ix, m, prompts, g.ranks)
+			t.Logf("stats %+v", ix.Stats())
+		})
+	}
+}
+
+// TestRandomConcurrent drives the index and the model with the same random
+// operations from one goroutine per worker (two ranks each), while matchers
+// run concurrently and check what must hold of any result. At each quiescent
+// point between rounds every match, Cached, Workers and Stats must equal the
+// model's, and the invariants must hold.
+func TestRandomConcurrent(t *testing.T) {
+	const (
+		writers = 8
+		rounds  = 8
+		ops     = 250
+	)
+	ix := New(Config{Shards: 8})
+	m := newRefModel()
+	r := rand.New(rand.NewPCG(42, 42))
+	prompts := make([][]uint64, 200)
+	for i := range prompts {
+		prompts[i] = randPrompt(r, 1+r.IntN(10))
+	}
+	gens := make([]*opGen, writers)
+	var all []Worker
+	for i := range gens {
+		g := &opGen{r: rand.New(rand.NewPCG(uint64(i), 99)), salt: map[Worker]uint64{}, maxLen: 8}
+		for rank := range 2 {
+			w := Worker{ID: fmt.Sprintf("w%02d", i), DPRank: uint32(rank)}
+			g.ranks = append(g.ranks, w)
+			all = append(all, w)
+			if i%2 == 1 {
+				g.salt[w] = uint64(i*10 + rank + 1)
+			}
+		}
+		gens[i] = g
+	}
+	for round := range rounds {
+		var wg sync.WaitGroup
+		errc := make(chan error, writers+4)
+		stop := make(chan struct{})
+		var mwg sync.WaitGroup
+		for mi := range 3 {
+			mwg.Add(1)
+			go func() {
+				defer mwg.Done()
+				var buf []Score
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					p := prompts[(i*7+mi)%len(prompts)]
+					buf = ix.Match(p, buf)
+					if err := checkScoreSanity(p, buf); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+		for _, g := range gens {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range ops {
+					op := g.next()
+					err := applyBoth(ix, m, op)
+					if err != nil && !errors.Is(err, errModel) {
+						errc <- err
+						return
+					}
+					g.learn(op, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(stop)
+		mwg.Wait()
+		select {
+		case err := <-errc:
+			t.Fatalf("round %d: %v", round, err)
+		default:
+		}
+		// Quiescent: compare everything, with matchers racing each other.
+		var cwg sync.WaitGroup
+		for mi := range 4 {
+			cwg.Add(1)
+			go func() {
+				defer cwg.Done()
+				var buf []Score
+				for i := mi; i < len(prompts); i += 4 {
+					buf = ix.Match(prompts[i], buf)
+					got := slices.Clone(buf)
+					sortScores(got)
+					if want := m.Match(prompts[i]); !slices.Equal(got, want) {
+						errc <- fmt.Errorf("match %v:\n got %v\nwant %v", prompts[i], got, want)
+						return
+					}
+				}
+			}()
+		}
+		cwg.Wait()
+		select {
+		case err := <-errc:
+			t.Fatalf("round %d: %v", round, err)
+		default:
+		}
+		compareAll(t, ix, m, prompts, all)
+	}
+	// The whole fleet leaves: nothing may remain.
+	for _, w := range all {
+		ix.RemoveWorker(w.ID)
+		m.RemoveWorker(w.ID)
+	}
+	compareAll(t, ix, m, prompts, all)
+	if st := ix.Stats(); st.Nodes != 0 || st.Residencies != 0 {
+		t.Fatalf("after removing every worker: %+v", st)
+	}
+}
