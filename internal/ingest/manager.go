@@ -1,0 +1,324 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Index receives every worker/rank's blocks. Required.
+	Index *radix.Index
+	// BlockSize is the router's block size in tokens. Required.
+	BlockSize int
+	// Logger receives connection, gap, replay and restart events (nil: discard).
+	Logger *slog.Logger
+	// Registerer registers the ingest metrics (nil: no metrics).
+	Registerer prometheus.Registerer
+	// QueueDepth bounds each rank's queue of received batches (0: 256). A
+	// full queue stops the reader, so a slow index back-pressures the engine.
+	QueueDepth int
+	// ReconnectMin and ReconnectMax bound the reconnect backoff
+	// (0: 50ms and 5s).
+	ReconnectMin, ReconnectMax time.Duration
+	// DialTimeout bounds one TCP connect (0: 5s).
+	DialTimeout time.Duration
+	// ReplayTimeout is how long a replay waits for each reply (0: 5s).
+	ReplayTimeout time.Duration
+	// KeepAlive is the TCP keepalive idle time; a silent dead peer is noticed
+	// after about twice this (0: 5s).
+	KeepAlive time.Duration
+	// StopTimeout bounds how long Remove and Close wait for a worker's
+	// goroutines (0: 10s).
+	StopTimeout time.Duration
+
+	// newSink replaces the index sink (tests).
+	newSink func(w radix.Worker) sink
+}
+
+// Worker is one engine to follow.
+type Worker struct {
+	// ID names the worker in the index.
+	ID string
+	// Model is the served model (informational).
+	Model string
+	// KVEndpoint is the rank 0 PUB endpoint; see ParseEndpoint.
+	KVEndpoint string
+	// ReplayEndpoint is the rank 0 ROUTER replay endpoint ("" if none).
+	ReplayEndpoint string
+	// Topic is the topic prefix to subscribe to ("" for everything).
+	Topic string
+	// DPSize is the number of data-parallel ranks (0 means 1).
+	DPSize int
+	// BlockSize is the engine's block size (0: learned from events).
+	BlockSize int
+}
+
+// RankStatus is one worker/rank's subscription state.
+type RankStatus struct {
+	DPRank uint32
+	// Connected reports a live ZMTP connection to the engine's publisher.
+	Connected bool
+	// LastSeq is the last sequence number applied.
+	LastSeq        uint64
+	EventsApplied  uint64
+	Gaps           uint64
+	Replays        uint64
+	ReplayFailures uint64
+	EngineRestarts uint64
+	Reconnects     uint64
+	// DecodeErrors counts malformed messages, undecodable batches and
+	// undecodable events.
+	DecodeErrors uint64
+	// CachedBlocks is the number of blocks the rank holds in the index.
+	CachedBlocks uint64
+}
+
+// MaxDPSize is the largest DPSize Add accepts.
+const MaxDPSize = 1024
+
+// Manager keeps one subscription per registered worker and rank.
+type Manager struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics // nil: no metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	mu      sync.Mutex
+	workers map[string]*worker
+	closed  bool
+}
+
+type worker struct {
+	w     Worker
+	ranks []*rank
+}
+
+// New returns a Manager with no workers.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Index == nil && cfg.newSink == nil {
+		return nil, errors.New("ingest: Config.Index is nil")
+	}
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("ingest: Config.BlockSize %d: must be positive", cfg.BlockSize)
+	}
+	if cfg.QueueDepth < 0 {
+		return nil, fmt.Errorf("ingest: Config.QueueDepth %d: must not be negative", cfg.QueueDepth)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = 256
+	}
+	def(&cfg.ReconnectMin, 50*time.Millisecond)
+	def(&cfg.ReconnectMax, 5*time.Second)
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = cfg.ReconnectMin
+	}
+	def(&cfg.DialTimeout, 5*time.Second)
+	def(&cfg.ReplayTimeout, 5*time.Second)
+	def(&cfg.KeepAlive, 5*time.Second)
+	def(&cfg.StopTimeout, 10*time.Second)
+	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker)}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer != nil {
+		met, err := newMetrics(cfg.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("ingest: metrics: %w", err)
+		}
+		m.metrics = met
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m, nil
+}
+
+// Add starts following w: one subscription per rank. It fails if the worker
+// is already registered, an endpoint is invalid, or a bind fails.
+func (m *Manager) Add(w Worker) error {
+	if w.ID == "" {
+		return errors.New("ingest: worker ID is empty")
+	}
+	if w.DPSize < 0 || w.DPSize > MaxDPSize {
+		return fmt.Errorf("ingest: worker %q: dp size %d out of range [0, %d]", w.ID, w.DPSize, MaxDPSize)
+	}
+	if w.DPSize == 0 {
+		w.DPSize = 1
+	}
+	if w.KVEndpoint == "" {
+		return fmt.Errorf("ingest: worker %q: no KV events endpoint", w.ID)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("ingest: manager is closed")
+	}
+	if _, dup := m.workers[w.ID]; dup {
+		return fmt.Errorf("ingest: worker %q is already registered", w.ID)
+	}
+
+	ranks := make([]*rank, 0, w.DPSize)
+	stopAll := func() {
+		for _, r := range ranks {
+			r.stop()
+		}
+	}
+	for dp := 0; dp < w.DPSize; dp++ {
+		r, err := m.newRank(w, dp)
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("ingest: worker %q rank %d: %w", w.ID, dp, err)
+		}
+		if err := r.start(m.ctx); err != nil {
+			stopAll()
+			return fmt.Errorf("ingest: worker %q rank %d: bind %s: %w", w.ID, dp, r.ep, err)
+		}
+		ranks = append(ranks, r)
+	}
+	m.workers[w.ID] = &worker{w: w, ranks: ranks}
+	return nil
+}
+
+func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
+	s, err := RankEndpoint(w.KVEndpoint, dp)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := ParseEndpoint(s)
+	if err != nil {
+		return nil, err
+	}
+	dialer := newDialer(m.cfg.DialTimeout, m.cfg.KeepAlive)
+	r := &rank{
+		worker:     w.ID,
+		dp:         uint32(dp),
+		ep:         ep,
+		topic:      []byte(w.Topic),
+		log:        m.log.With("worker", w.ID, "dp_rank", dp),
+		dialer:     dialer,
+		backoffMin: m.cfg.ReconnectMin,
+		backoffMax: m.cfg.ReconnectMax,
+		q:          make(chan item, m.cfg.QueueDepth),
+	}
+	if w.ReplayEndpoint != "" {
+		s, err := RankEndpoint(w.ReplayEndpoint, dp)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := replayEndpoint(s)
+		if err != nil {
+			return nil, err
+		}
+		r.replay = &replayClient{ep: rep, dialer: dialer, timeout: m.cfg.ReplayTimeout}
+	}
+	id := radix.Worker{ID: w.ID, DPRank: uint32(dp)}
+	if m.cfg.newSink != nil {
+		r.sink = m.cfg.newSink(id)
+	} else {
+		r.sink = newIndexSink(m.cfg.Index, id, m.cfg.BlockSize, r.log)
+	}
+	if m.metrics != nil {
+		r.met = m.metrics.rank(w.ID, uint32(dp))
+	}
+	return r, nil
+}
+
+// Remove stops following a worker and removes its blocks from the index.
+func (m *Manager) Remove(workerID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	wk, ok := m.workers[workerID]
+	if !ok {
+		return fmt.Errorf("ingest: worker %q is not registered", workerID)
+	}
+	delete(m.workers, workerID)
+	err := m.stopRanks(wk.ranks)
+	if m.cfg.Index != nil {
+		m.cfg.Index.RemoveWorker(workerID)
+	}
+	if m.metrics != nil {
+		m.metrics.forget(workerID)
+	}
+	if err != nil {
+		return fmt.Errorf("ingest: remove worker %q: %w", workerID, err)
+	}
+	return nil
+}
+
+// stopRanks stops ranks in parallel, waiting at most StopTimeout.
+func (m *Manager) stopRanks(ranks []*rank) error {
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.stop()
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("subscriptions did not stop within %v", m.cfg.StopTimeout)
+	}
+}
+
+// Status reports every rank of a worker, by rank; nil if it is unknown.
+func (m *Manager) Status(workerID string) []RankStatus {
+	m.mu.Lock()
+	wk, ok := m.workers[workerID]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	out := make([]RankStatus, 0, len(wk.ranks))
+	for _, r := range wk.ranks {
+		out = append(out, r.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].DPRank < out[j].DPRank })
+	return out
+}
+
+// Close stops every subscription, waiting at most StopTimeout. The index is
+// left as it is.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	var ranks []*rank
+	for _, wk := range m.workers {
+		ranks = append(ranks, wk.ranks...)
+	}
+	m.workers = map[string]*worker{}
+	m.mu.Unlock()
+	m.cancel()
+	if err := m.stopRanks(ranks); err != nil {
+		return fmt.Errorf("ingest: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package ingest
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/kvrouter/kvrouter/internal/normalize"
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// indexSink decodes a rank's batches with its own normalizer and applies the
+// normalized events to the index.
+type indexSink struct {
+	idx    *radix.Index
+	w      radix.Worker
+	norm   *normalize.Normalizer
+	b      normalize.Batch
+	blocks []radix.Block
+	// others are ranks a batch named instead of w (the batch's rank is
+	// trusted); reset clears them too.
+	others []uint32
+}
+
+func newIndexSink(idx *radix.Index, w radix.Worker, blockSize int, log *slog.Logger) *indexSink {
+	return &indexSink{
+		idx:  idx,
+		w:    w,
+		norm: normalize.New(normalize.Config{BlockSize: blockSize, Logger: log}),
+	}
+}
+
+func (s *indexSink) apply(payload []byte, st *batchStats) error {
+	if err := s.norm.Normalize(payload, &s.b); err != nil {
+		return err
+	}
+	b := &s.b
+	st.ts = b.TS
+	for i, n := range b.Skipped {
+		st.filtered[i] += n
+	}
+	if len(b.Errors) > 0 {
+		st.decodeErrors += len(b.Errors)
+		st.firstErr = b.Errors[0]
+	}
+	w := s.w
+	if b.DPRank >= 0 && uint32(b.DPRank) != w.DPRank {
+		st.dpMismatch = true
+		w.DPRank = uint32(b.DPRank)
+		s.noteOther(w.DPRank)
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		var err error
+		switch ev.Kind {
+		case normalize.KindStore:
+			s.blocks = s.blocks[:0]
+			for _, blk := range ev.Blocks {
+				s.blocks = append(s.blocks, radix.Block{EngineHash: blk.EngineHash, BlockHash: blk.BlockHash})
+			}
+			err = s.idx.Store(w, ev.Parent, ev.HasParent, radix.Tier(ev.Tier), s.blocks)
+			if err == nil {
+				st.blocksStored += uint64(len(ev.Blocks))
+			}
+		case normalize.KindStoreTier:
+			err = s.idx.StoreTier(w, ev.EngineHashes, radix.Tier(ev.Tier))
+		case normalize.KindRemove:
+			err = s.idx.Remove(w, ev.EngineHashes, radix.Tier(ev.Tier))
+			if err == nil || errors.Is(err, radix.ErrBlockNotFound) {
+				st.blocksRemoved += uint64(len(ev.EngineHashes))
+			}
+		case normalize.KindClear:
+			s.idx.Clear(w)
+		default:
+			continue
+		}
+		st.events++
+		if int(ev.Kind) < len(st.byKind) {
+			st.byKind[ev.Kind]++
+		}
+		if err != nil {
+			switch {
+			case errors.Is(err, radix.ErrParentNotFound):
+				st.applyErrors[applyParentNotFound]++
+			case errors.Is(err, radix.ErrInvalid):
+				st.applyErrors[applyInvalid]++
+			case errors.Is(err, radix.ErrBlockNotFound):
+				st.applyErrors[applyBlockNotFound]++
+			default:
+				st.applyErrors[applyOther]++
+			}
+		}
+	}
+	return nil
+}
+
+func (s *indexSink) noteOther(dp uint32) {
+	for _, o := range s.others {
+		if o == dp {
+			return
+		}
+	}
+	s.others = append(s.others, dp)
+}
+
+func (s *indexSink) reset() {
+	s.idx.Clear(s.w)
+	for _, dp := range s.others {
+		s.idx.Clear(radix.Worker{ID: s.w.ID, DPRank: dp})
+	}
+	s.others = s.others[:0]
+	s.norm.Reset()
+}
+
+func (s *indexSink) cached() uint64 { return s.idx.Cached(s.w) }
