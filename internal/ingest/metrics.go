@@ -53,10 +53,10 @@ func (s *batchStats) reset() { *s = batchStats{} }
 // metrics holds the ingest metric vectors, labeled by worker and dp_rank.
 type metrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors *prometheus.CounterVec
-	gaps, replays, replayFailures, restarts, reconnects         *prometheus.CounterVec
-	dpMismatch                                                   *prometheus.CounterVec
-	events, filtered, applyErrors, malformed                     *prometheus.CounterVec
-	lastSeq, lag, connected                                      *prometheus.GaugeVec
+	gaps, replays, replayFailures, restarts, reconnects       *prometheus.CounterVec
+	dpMismatch                                                *prometheus.CounterVec
+	events, filtered, applyErrors, malformed                  *prometheus.CounterVec
+	lastSeq, lag, connected                                   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -117,12 +117,12 @@ func (m *metrics) forget(worker string) {
 type rankMetrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors prometheus.Counter
 	gaps, replays, replayFailures, restarts, reconnects       prometheus.Counter
-	dpMismatch                                                 prometheus.Counter
-	events                                                     [8]prometheus.Counter // by normalize.Kind
-	filtered                                                   [normalize.NumReasons]prometheus.Counter
-	applyErrors                                                [numApplyErrors]prometheus.Counter
-	malformedBy                                                [len(malformedReasons)]prometheus.Counter
-	lastSeq, lag, connected                                    prometheus.Gauge
+	dpMismatch                                                prometheus.Counter
+	events                                                    [8]prometheus.Counter // by normalize.Kind
+	filtered                                                  [normalize.NumReasons]prometheus.Counter
+	applyErrors                                               [numApplyErrors]prometheus.Counter
+	malformedBy                                               [len(malformedReasons)]prometheus.Counter
+	lastSeq, lag, connected                                   prometheus.Gauge
 }
 
 func (m *metrics) rank(worker string, dp uint32) *rankMetrics {

@@ -1,0 +1,163 @@
+package ingest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// TestGarbage: malformed messages on the live socket are counted and skipped,
+// and the subscription keeps working.
+func TestGarbage(t *testing.T) {
+	m, idx, _ := newTestManager(t, true)
+	p := newGoPub(t)
+	id := "garbage"
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port)}); err != nil {
+		t.Fatal(err)
+	}
+	warmUp(t, m, id, func() uint64 { return p.publish(t, nil) })
+	before := status(t, m, id)
+
+	e := newEngine(3)
+	_, ev := e.store(nil, 3)
+	good := encodeBatch(t, []map[string]any{ev}, 0)
+	junk := []byte{0xc1, 0x00, 0xff, 0x13, 0x37} // 0xc1 is never valid msgpack
+	p.mu.Lock()
+	sends := [][][]byte{
+		{junk},                                     // one frame
+		{nil, seqFrame(p.seq)},                     // two frames
+		{nil, seqFrame(p.seq), good, good},         // four frames
+		{nil, seqFrame(p.seq)[:7], good},           // 7-byte seq
+		{nil, seqFrame(p.seq), good[:len(good)/2]}, // truncated msgpack (consumes a seq)
+		{nil, seqFrame(p.seq + 1), junk},           // not msgpack (consumes a seq)
+	}
+	p.seq += 2
+	for _, f := range sends {
+		if err := p.send(f...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.mu.Unlock()
+	seq := p.publish(t, []map[string]any{ev})
+	waitSeq(t, m, id, seq)
+	checkTruth(t, idx, radix.Worker{ID: id}, e)
+
+	st := status(t, m, id)
+	if d := st.DecodeErrors - before.DecodeErrors; d != 6 {
+		t.Errorf("decode errors +%d, want +6", d)
+	}
+	if !st.Connected || st.Gaps != before.Gaps || st.EngineRestarts != 0 {
+		t.Errorf("status after garbage: %+v", st)
+	}
+}
+
+// TestManyWorkers: 64 publishers at once; some workers are unregistered and
+// registered again while events flow. Stable workers end equal to their
+// engines; removed workers leave nothing in the index. Run under -race.
+func TestManyWorkers(t *testing.T) {
+	const (
+		n       = 64
+		churned = 16 // workers [0, churned) are removed and added repeatedly
+		batches = 40
+		rounds  = 4
+	)
+	m, idx, _ := newTestManager(t, false)
+	pubs := make([]*goPub, n)
+	ids := make([]string, n)
+	for i := range pubs {
+		pubs[i] = newGoPub(t)
+		ids[i] = fmt.Sprintf("w%02d", i)
+		if err := m.Add(Worker{ID: ids[i], KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stop := make(chan struct{})
+	var churnPubs sync.WaitGroup
+	for i := 0; i < churned; i++ {
+		churnPubs.Add(1)
+		go func() {
+			defer churnPubs.Done()
+			e := newEngine(uint64(100 + i))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, ev := e.store(nil, 2)
+				pubs[i].publish(t, []map[string]any{ev})
+				time.Sleep(time.Millisecond) // pacing: zmq4's PUB queue is unbounded
+			}
+		}()
+	}
+
+	var wg sync.WaitGroup
+	engines := make([]*engine, n)
+	last := make([]uint64, n)
+	for i := churned; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			warmUp(t, m, ids[i], func() uint64 { return pubs[i].publish(t, nil) })
+			e := newEngine(uint64(i))
+			for b := 0; b < batches; b++ {
+				_, ev := e.store(nil, 2)
+				last[i] = pubs[i].publish(t, []map[string]any{ev})
+			}
+			engines[i] = e
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for r := 0; r < rounds; r++ {
+			for i := 0; i < churned; i++ {
+				if err := m.Remove(ids[i]); err != nil {
+					t.Error(err)
+					return
+				}
+				if got := idx.Cached(radix.Worker{ID: ids[i]}); got != 0 {
+					t.Errorf("%s holds %d blocks after Remove", ids[i], got)
+				}
+				if m.Status(ids[i]) != nil {
+					t.Errorf("%s has a status after Remove", ids[i])
+				}
+				if err := m.Add(Worker{ID: ids[i], KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	if t.Failed() {
+		close(stop)
+		churnPubs.Wait()
+		return
+	}
+	for i := churned; i < n; i++ {
+		waitSeq(t, m, ids[i], last[i])
+		checkTruth(t, idx, radix.Worker{ID: ids[i]}, engines[i])
+		st := status(t, m, ids[i])
+		if st.Gaps != 0 || st.DecodeErrors != 0 || !st.Connected {
+			t.Errorf("%s: %+v", ids[i], st)
+		}
+	}
+	for i := 0; i < churned; i++ {
+		if err := m.Remove(ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	churnPubs.Wait()
+	for _, w := range idx.Workers() {
+		var i int
+		if _, err := fmt.Sscanf(w.ID, "w%02d", &i); err != nil || i < churned {
+			t.Errorf("index still holds removed worker %v", w)
+		}
+	}
+}
