@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"sync"
 )
 
 // Config configures an Index.
@@ -46,7 +45,6 @@ type Index struct {
 	shards []*shard
 	shift  uint // 64 - log2(len(shards))
 	reg    registry
-	pool   sync.Pool // *matchScratch
 }
 
 // New returns an empty index.

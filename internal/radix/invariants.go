@@ -111,6 +111,12 @@ func (ix *Index) CheckInvariants() error {
 		if live != sh.live {
 			fail("shard %d: live %d, counted %d", si, sh.live, live)
 		}
+		if len(sh.chunks) == 0 {
+			if sh.next != 1 || sh.live != 0 {
+				fail("shard %d: no chunks but %d nodes", si, sh.live)
+			}
+			continue
+		}
 		for id := uint32(0); id < sh.next; id++ {
 			if free[id] {
 				continue

@@ -1,8 +1,5 @@
 package radix
 
-// matchScratch is a Match's list of still-active workers, as positions in out.
-type matchScratch struct{ act []int32 }
-
 // Match scores every worker/rank holding the first of blockHashes: Matched is
 // the number of leading blocks it holds on any tier, ByTier splits them by the
 // best tier held, Cached is its index size. Scores are appended to out[:0] in
@@ -37,17 +34,13 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	} else {
 		out = out[:len(ents)]
 	}
-	scr, _ := ix.pool.Get().(*matchScratch)
-	if scr == nil {
-		scr = new(matchScratch)
-	}
-	act := scr.act[:0]
-	// While walking, an active score keeps its worker slot in Cached and the
-	// best tier it holds in the current segment in Matched.
+	// While walking, the active scores are out[:nact], in slot order; each
+	// keeps its worker slot in Cached and the best tier it holds in the current
+	// segment in Matched. Scores that left are final and sit after them.
 	for i, e := range ents {
 		out[i] = Score{Matched: uint32(bestTier(e)), Cached: uint64(entrySlot(e))}
-		act = append(act, int32(i))
 	}
+	nact := len(out)
 	segStart, prev, d := 0, id, 1
 	for ; d < len(blockHashes); d++ {
 		k = pathKey(k, blockHashes[d])
@@ -62,10 +55,10 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		}
 		seg := uint32(d - segStart)
 		ne := sh.sets[s].e
-		sparse := len(act)*16 < len(ne)
+		sparse := nact*16 < len(ne)
 		j, p := 0, 0
-		for _, ai := range act {
-			sc := &out[ai]
+		for i := range nact {
+			sc := &out[i]
 			sc.ByTier[sc.Matched] += seg
 			slot := uint32(sc.Cached)
 			if sparse {
@@ -85,27 +78,29 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 				}
 			}
 			if p < len(ne) && entrySlot(ne[p]) == slot {
+				// Stays: move to the front, keeping the active scores in slot
+				// order (the score it displaces has left).
 				sc.Matched = uint32(bestTier(ne[p]))
-				act[j] = ai
+				if i != j {
+					out[i], out[j] = out[j], out[i]
+				}
 				j++
 			} else {
 				sc.Matched = uint32(d)
 			}
 		}
-		act = act[:j]
+		nact = j
 		cur, segStart = s, d
 		if j == 0 {
 			break
 		}
 	}
-	for _, ai := range act {
-		sc := &out[ai]
+	for i := range nact {
+		sc := &out[i]
 		sc.ByTier[sc.Matched] += uint32(d - segStart)
 		sc.Matched = uint32(d)
 	}
 	sh.mu.RUnlock()
-	scr.act = act[:0]
-	ix.pool.Put(scr)
 	dir := ix.reg.slots()
 	for i := range out {
 		ws := bySlot(dir, uint32(out[i].Cached))

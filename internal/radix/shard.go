@@ -40,7 +40,7 @@ type shard struct {
 }
 
 const (
-	chunkBits = 12
+	chunkBits = 10
 	chunkSize = 1 << chunkBits
 	chunkMask = chunkSize - 1
 
@@ -120,9 +120,7 @@ func newShard() *shard {
 
 // reset returns the shard to its empty state, releasing all memory.
 func (s *shard) reset() {
-	s.chunks = []*nodeChunk{new(nodeChunk)}
-	s.chunks[0].key[rootID] = rootKey
-	s.chunks[0].meta[rootID] = nodeMeta{parent: noParent}
+	s.chunks = nil // the first chunk, with the root, comes with the first node
 	s.next = 1
 	s.free = nil
 	s.live = 0
@@ -137,7 +135,12 @@ func (s *shard) reset() {
 
 func (s *shard) meta(id uint32) *nodeMeta { return &s.chunks[id>>chunkBits].meta[id&chunkMask] }
 
-func (s *shard) key(id uint32) uint64 { return s.chunks[id>>chunkBits].key[id&chunkMask] }
+func (s *shard) key(id uint32) uint64 {
+	if id == rootID {
+		return rootKey
+	}
+	return s.chunks[id>>chunkBits].key[id&chunkMask]
+}
 
 // lookup finds the child of parent whose path key is k.
 func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
@@ -159,6 +162,12 @@ func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
 func (s *shard) child(parent uint32, k uint64) uint32 {
 	if id, ok := s.lookup(parent, k); ok {
 		return id
+	}
+	if len(s.chunks) == 0 {
+		c := new(nodeChunk)
+		c.key[rootID] = rootKey
+		c.meta[rootID] = nodeMeta{parent: noParent}
+		s.chunks = append(s.chunks, c)
 	}
 	var id uint32
 	if n := len(s.free); n > 0 {

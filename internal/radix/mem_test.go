@@ -1,0 +1,169 @@
+package radix
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+)
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// fillWorkers stores, for each worker, runs of 16 blocks under shared and
+// private prefixes, and returns each worker's engine hashes in store order.
+func fillWorkers(t *testing.T, ix *Index, workers []Worker, runs int) [][]uint64 {
+	t.Helper()
+	hashes := make([][]uint64, len(workers))
+	for wi, w := range workers {
+		eh := uint64(wi) << 40
+		for r := range runs {
+			var blocks []Block
+			for b := range 16 {
+				eh++
+				// Half the runs share a prefix across workers.
+				bh := uint64(r)<<20 | uint64(b)
+				if r%2 == 1 {
+					bh |= uint64(wi+1) << 32
+				}
+				blocks = append(blocks, Block{EngineHash: eh, BlockHash: bh})
+			}
+			if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range blocks {
+				hashes[wi] = append(hashes[wi], b.EngineHash)
+			}
+		}
+	}
+	return hashes
+}
+
+// TestMemoryReturnsToBaseline stores about 200k residencies, removes them in a
+// random order (not the reverse of the stores, so nodes with children go
+// before their children), and checks that nodes, residencies and the heap come
+// back to where they were.
+func TestMemoryReturnsToBaseline(t *testing.T) {
+	ix := New(Config{})
+	var workers []Worker
+	for i := range 16 {
+		workers = append(workers, Worker{ID: fmt.Sprintf("w%d", i)})
+	}
+	// Register the workers first: a worker's registry entry stays for good.
+	for _, w := range workers {
+		if err := ix.Store(w, 0, false, TierDevice, []Block{{1, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.Remove(w, []uint64{1}, TierDevice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := heapAlloc()
+	for round := range 2 {
+		hashes := fillWorkers(t, ix, workers, 800)
+		st := ix.Stats()
+		if st.Residencies != 16*800*16 || st.Nodes == 0 {
+			t.Fatalf("after stores: %+v", st)
+		}
+		full := heapAlloc()
+		r := rand.New(rand.NewPCG(uint64(round), 1))
+		for wi, w := range workers {
+			hs := hashes[wi]
+			r.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
+			for i := 0; i < len(hs); i += 7 {
+				if err := ix.Remove(w, hs[i:min(i+7, len(hs))], TierDevice); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if st := ix.Stats(); st.Nodes != 0 || st.Residencies != 0 {
+			t.Fatalf("after removes: %+v", st)
+		}
+		if err := ix.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		end := heapAlloc()
+		grown := int64(full) - int64(base)
+		left := int64(end) - int64(base)
+		t.Logf("round %d: heap base %d, full +%d, after removes %+d bytes", round, base, grown, left)
+		if grown < 4<<20 {
+			t.Fatalf("heap grew only %d bytes for 204800 residencies: measurement broken?", grown)
+		}
+		if left > 512<<10 {
+			t.Fatalf("heap after removing everything is %d bytes above baseline (grew %d)", left, grown)
+		}
+	}
+	runtime.KeepAlive(ix)
+}
+
+// TestMemoryShrinksAfterPartialRemove checks that maps rebuilt after most of
+// their entries go give memory back while the rest stays intact.
+func TestMemoryShrinksAfterPartialRemove(t *testing.T) {
+	ix := New(Config{Shards: 1})
+	workers := []Worker{{ID: "a"}, {ID: "b"}}
+	base := heapAlloc()
+	hashes := fillWorkers(t, ix, workers, 1500)
+	full := heapAlloc()
+	for wi, w := range workers {
+		hs := hashes[wi]
+		// Keep the first run of each worker; drop the rest leaf-first.
+		for i := len(hs) - 1; i >= 16; i-- {
+			if err := ix.Remove(w, hs[i:i+1], TierDevice); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	end := heapAlloc()
+	if err := ix.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	got := ix.Match(blocksOfRun(0), nil)
+	if len(got) != 2 || got[0].Matched != 16 || got[1].Matched != 16 {
+		t.Fatalf("kept run: %+v", got)
+	}
+	t.Logf("heap base %d, full +%d, after removing 99%% %+d", base, int64(full)-int64(base), int64(end)-int64(base))
+	// The node arena keeps its peak size (ids are not renumbered); the maps must shrink.
+	if int64(end)-int64(base) > (int64(full)-int64(base))/2 {
+		t.Fatalf("heap did not shrink: base %d full %d end %d", base, full, end)
+	}
+	runtime.KeepAlive(ix)
+}
+
+func blocksOfRun(r int) []uint64 {
+	var out []uint64
+	for b := range 16 {
+		out = append(out, uint64(r)<<20|uint64(b))
+	}
+	return out
+}
+
+// TestMatchZeroAllocs checks that Match allocates nothing when out has room.
+func TestMatchZeroAllocs(t *testing.T) {
+	ix := New(Config{})
+	var workers []Worker
+	for i := range 50 {
+		workers = append(workers, Worker{ID: fmt.Sprintf("w%d", i)})
+	}
+	fillWorkers(t, ix, workers, 4)
+	// Some workers drop a block in the middle so that the walk splits.
+	for wi := 0; wi < 50; wi += 3 {
+		if err := ix.Remove(workers[wi], []uint64{uint64(wi)<<40 | 9}, TierDevice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := append(blocksOfRun(0), blocksOfRun(2)...)
+	out := make([]Score, 0, 64)
+	out = ix.Match(prompt, out)
+	if len(out) != 50 {
+		t.Fatalf("got %d scores", len(out))
+	}
+	allocs := testing.AllocsPerRun(200, func() { out = ix.Match(prompt, out) })
+	if allocs != 0 {
+		t.Fatalf("Match allocated %.2f times per call", allocs)
+	}
+}
