@@ -352,3 +352,11 @@ func checkTruth(t testing.TB, idx *radix.Index, w radix.Worker, e *engine) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func waitDeadline() time.Time { return time.Now().Add(waitFor) }
+
+// deadlinePassed reports whether d has passed, pausing briefly between polls.
+func deadlinePassed(d time.Time) bool {
+	time.Sleep(2 * time.Millisecond)
+	return time.Now().After(d)
+}

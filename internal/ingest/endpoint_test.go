@@ -1,0 +1,211 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+func TestParseEndpoint(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // Endpoint.String(), or "error: substring"
+	}{
+		{"tcp://*:5557", "tcp://127.0.0.1:5557"},
+		{"tcp://0.0.0.0:5557", "@tcp://0.0.0.0:5557"}, // no '*' or "::": the engine connects
+		{"tcp://[::]:5557", "tcp://[::1]:5557"},
+		{"tcp://127.0.0.1:5557", "@tcp://127.0.0.1:5557"},
+		{"tcp://router.local:6000", "@tcp://router.local:6000"},
+		{">tcp://10.0.0.5:5557", "tcp://10.0.0.5:5557"},
+		{">tcp://*:5557", "tcp://127.0.0.1:5557"},
+		{"@tcp://*:5557", "@tcp://:5557"},
+		{"ipc:///tmp/kv.sock", "ipc:///tmp/kv.sock"},
+		{"inproc://cache", "error: inproc"},
+		{"udp://1.2.3.4:5", "error: unsupported transport"},
+		{"tcp://*:notaport", "error: bad port"},
+		{"tcp://*", "error: missing port"},
+		{"5557", "error: want transport://address"},
+		{">tcp://10.0.0.5:0", "error: port 0"},
+	}
+	for _, tt := range tests {
+		got, err := ParseEndpoint(tt.in)
+		if want, ok := strings.CutPrefix(tt.want, "error: "); ok {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("ParseEndpoint(%q) = %v, %v; want error containing %q", tt.in, got, err, want)
+			}
+			continue
+		}
+		if err != nil || got.String() != tt.want {
+			t.Errorf("ParseEndpoint(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestRankEndpoint(t *testing.T) {
+	tests := []struct {
+		base string
+		rank int
+		want string
+	}{
+		{"tcp://*:5557", 0, "tcp://*:5557"},
+		{"tcp://*:5557", 2, "tcp://*:5559"},
+		{"tcp://[::1]:5557", 1, "tcp://[::1]:5558"},
+		{">tcp://10.0.0.5:5557", 3, ">tcp://10.0.0.5:5560"},
+		{"inproc://cache", 2, "inproc://cache_dp2"},
+		{"ipc:///tmp/kv", 1, "ipc:///tmp/kv_dp1"},
+		{"tcp://*:65535", 1, "error: out of range"},
+		{"tcp://*:5557", -1, "error: negative rank"},
+		{"tcp://host", 1, "error: no port"},
+		{"ws://x:1", 1, "error: unsupported transport"},
+	}
+	for _, tt := range tests {
+		got, err := RankEndpoint(tt.base, tt.rank)
+		if want, ok := strings.CutPrefix(tt.want, "error: "); ok {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("RankEndpoint(%q, %d) = %q, %v; want error containing %q", tt.base, tt.rank, got, err, want)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("RankEndpoint(%q, %d) = %q, %v; want %q", tt.base, tt.rank, got, err, tt.want)
+		}
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	m, _, _ := newTestManager(t, false)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().String()
+	if err := m.Add(Worker{ID: "a", KVEndpoint: "tcp://*:5557"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		w    Worker
+		want string
+	}{
+		{Worker{ID: "a", KVEndpoint: "tcp://*:5557"}, "already registered"},
+		{Worker{ID: "", KVEndpoint: "tcp://*:5557"}, "ID is empty"},
+		{Worker{ID: "b"}, "no KV events endpoint"},
+		{Worker{ID: "b", KVEndpoint: "tcp://*:x"}, "bad port"},
+		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", ReplayEndpoint: "@tcp://*:5558"}, "cannot"},
+		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", DPSize: MaxDPSize + 1}, "out of range"},
+		{Worker{ID: "b", KVEndpoint: "tcp://" + taken}, "bind"},
+	}
+	for _, tt := range tests {
+		err := m.Add(tt.w)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Add(%+v) = %v, want error containing %q", tt.w, err, tt.want)
+		}
+	}
+	if st := m.Status("b"); st != nil {
+		t.Errorf("failed Add left a worker: %+v", st)
+	}
+	if err := m.Remove("nope"); err == nil {
+		t.Error("Remove of an unknown worker succeeded")
+	}
+	st := m.Status("a")
+	if len(st) != 1 || st[0].Connected {
+		t.Errorf("status of a worker with no engine: %+v", st)
+	}
+}
+
+// TestDataParallelRanks: rank r follows base port + r and lands in the index
+// as its own worker/rank.
+func TestDataParallelRanks(t *testing.T) {
+	m, idx, _ := newTestManager(t, true)
+	const dp = 3
+	var pubs [dp]zmq4.Socket
+	base := 0
+	for attempt := 0; attempt < 20 && base == 0; attempt++ {
+		base = freePort(t)
+		for r := range pubs {
+			pubs[r] = zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+			if err := pubs[r].Listen(fmt.Sprintf("tcp://127.0.0.1:%d", base+r)); err != nil {
+				for _, p := range pubs[:r+1] {
+					p.Close()
+				}
+				base = 0
+				break
+			}
+		}
+	}
+	if base == 0 {
+		t.Fatal("no three consecutive free ports")
+	}
+	gp := make([]*goPub, dp)
+	for r := range pubs {
+		gp[r] = &goPub{sock: pubs[r]}
+		t.Cleanup(func() { pubs[r].Close() })
+	}
+	id := "dp"
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", base), DPSize: dp}); err != nil {
+		t.Fatal(err)
+	}
+	for r := range gp {
+		e := newEngine(uint64(50 + r))
+		// Warm up rank r.
+		deadline := waitDeadline()
+		for {
+			seq := gp[r].publishRank(t, nil, r)
+			if seq > 0 && rankSeen(m, id, r, seq) {
+				break
+			}
+			if deadlinePassed(deadline) {
+				t.Fatalf("rank %d never received a batch", r)
+			}
+		}
+		var seq uint64
+		for i := 0; i <= r; i++ {
+			_, ev := e.store(nil, 2)
+			seq = gp[r].publishRank(t, []map[string]any{ev}, r)
+		}
+		eventually(t, fmt.Sprintf("rank %d to apply seq %d", r, seq), func() bool { return rankSeen(m, id, r, seq) })
+		checkTruth(t, idx, radix.Worker{ID: id, DPRank: uint32(r)}, e)
+	}
+	st := m.Status(id)
+	if len(st) != dp {
+		t.Fatalf("status has %d ranks, want %d", len(st), dp)
+	}
+	for r, s := range st {
+		if s.DPRank != uint32(r) || !s.Connected || s.CachedBlocks != uint64(2*(r+1)) {
+			t.Errorf("rank %d: %+v", r, s)
+		}
+	}
+	if err := m.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < dp; r++ {
+		if got := idx.Cached(radix.Worker{ID: id, DPRank: uint32(r)}); got != 0 {
+			t.Errorf("rank %d holds %d blocks after Remove", r, got)
+		}
+	}
+}
+
+func rankSeen(m *Manager, id string, r int, seq uint64) bool {
+	st := m.Status(id)
+	return len(st) > r && st[r].LastSeq >= seq
+}
+
+// publishRank is publish with the batch's dp_rank set to rank.
+func (p *goPub) publishRank(t testing.TB, events []map[string]any, rank int) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seq := p.seq
+	p.seq++
+	if err := p.send(nil, seqFrame(seq), encodeBatch(t, events, rank)); err != nil {
+		t.Error(err)
+	}
+	return seq
+}
