@@ -280,3 +280,15 @@ func (e *Engine) Close() error {
 	}
 	return e.pub.Close()
 }
+
+// Overlap is how many leading hashes of h the engine's cache holds, without
+// changing recency.
+func (e *Engine) Overlap(h []uint64) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for n < len(h) && e.cache.Contains(h[n]) {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,188 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+)
+
+// RouterConfig describes a router subprocess to start.
+type RouterConfig struct {
+	// Bin is the router binary (default bin/kvrouter).
+	Bin string
+	// GRPCAddr and HTTPAddr are the listen addresses; empty picks free
+	// loopback ports.
+	GRPCAddr, HTTPAddr string
+	// BlockSize is the router's block size (default 16).
+	BlockSize int
+	// Args are extra flags, e.g. --predict=false.
+	Args []string
+	// Log receives the router's stdout and stderr; nil discards.
+	Log io.Writer
+	// StartTimeout bounds the wait for the router to answer (default 20 s).
+	StartTimeout time.Duration
+}
+
+// Router is a running router subprocess with clients connected to it.
+type Router struct {
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+	GRPCAddr string
+	HTTPAddr string
+	Conn     *grpc.ClientConn
+	Router   kvrouterv1.RouterClient
+	Registry kvrouterv1.RegistryClient
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freeAddr() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(p), nil
+}
+
+// StartRouter starts the router and waits until its gRPC API answers.
+func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
+	if cfg.Bin == "" {
+		cfg.Bin = "bin/kvrouter"
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 20 * time.Second
+	}
+	if _, err := os.Stat(cfg.Bin); err != nil {
+		return nil, fmt.Errorf("router binary: %w (run `make build` or pass the path)", err)
+	}
+	var err error
+	if cfg.GRPCAddr == "" {
+		if cfg.GRPCAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.HTTPAddr == "" {
+		if cfg.HTTPAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	args := append([]string{
+		"--grpc-addr", cfg.GRPCAddr,
+		"--http-addr", cfg.HTTPAddr,
+		"--block-size", strconv.Itoa(cfg.BlockSize),
+	}, cfg.Args...)
+	cmd := exec.Command(cfg.Bin, args...)
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	cmd.Stdout, cmd.Stderr = cfg.Log, cfg.Log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start router %s: %w", cfg.Bin, err)
+	}
+	r := &Router{cmd: cmd, exited: make(chan struct{}), GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
+	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
+	r.Conn, err = grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("dial router: %w", err)
+	}
+	r.Router = kvrouterv1.NewRouterClient(r.Conn)
+	r.Registry = kvrouterv1.NewRegistryClient(r.Conn)
+	deadline := time.Now().Add(cfg.StartTimeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := r.Registry.ListWorkers(cctx, &kvrouterv1.ListWorkersRequest{})
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		select {
+		case <-r.exited:
+			return nil, fmt.Errorf("router exited during start: %v", r.waitErr)
+		case <-ctx.Done():
+			r.Stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.Stop()
+			return nil, fmt.Errorf("router did not answer on %s within %v: %w", r.GRPCAddr, cfg.StartTimeout, err)
+		}
+	}
+}
+
+// dialAddr turns a listen address like ":50051" into a dialable one.
+func dialAddr(a string) string {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+		return "127.0.0.1:" + port
+	}
+	return a
+}
+
+// Exited is closed when the router process ends.
+func (r *Router) Exited() <-chan struct{} { return r.exited }
+
+// Healthy reports whether /healthz answers 200.
+func (r *Router) Healthy() error {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + r.HTTPAddr + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthz: %s", resp.Status)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM, waits up to 15 s, then kills the process.
+func (r *Router) Stop() error {
+	if r.Conn != nil {
+		r.Conn.Close()
+	}
+	select {
+	case <-r.exited:
+		return nil
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(15 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+		return errors.New("router did not stop on SIGTERM; killed")
+	}
+	var ee *exec.ExitError
+	if r.waitErr != nil && !errors.As(r.waitErr, &ee) {
+		return r.waitErr
+	}
+	return nil
+}
