@@ -1,6 +1,7 @@
 package normalize
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -341,56 +342,75 @@ func (rb *RawBatch) decodeEvents(r *reader) error {
 		return &DecodeError{Offset: r.off, Field: "events", Msg: fmt.Sprintf("%d events claimed, truncated msgpack", n)}
 	}
 	for i := 0; i < n; i++ {
-		start := r.off
-		if err := r.skip(); err != nil {
+		rb.Events = append(rb.Events, RawEvent{BlockSize: -1})
+		if err := rb.decodeEvent(r, &rb.Events[len(rb.Events)-1], i); err != nil {
 			return batchErr(fmt.Sprintf("events[%d]", i), err)
 		}
-		end := r.off
-		rb.Events = append(rb.Events, RawEvent{BlockSize: -1})
-		ev := &rb.Events[len(rb.Events)-1]
-		sub := reader{b: r.b[:end], off: start, stack: r.stack}
-		rb.decodeEvent(&sub, ev, i)
-		r.stack = sub.stack
-		r.off = end
 	}
 	return nil
 }
 
-// decodeEvent decodes one structurally valid event; problems go to ev.Err.
-func (rb *RawBatch) decodeEvent(r *reader, ev *RawEvent, idx int) {
-	fail := func(field int, err error) {
-		e := &EventError{Index: idx, Tag: string(ev.Name), Offset: -1}
-		if field >= 0 {
-			e.Field = fieldNames[field]
-		}
-		switch te := err.(type) {
-		case *typeError:
-			e.Offset = te.off
-			e.Msg = fmt.Sprintf("want %s, got %s", te.want, te.got)
-		case *structError:
-			e.Offset = te.off
-			e.Msg = te.msg
-		case *valueError:
-			e.Offset = te.off
-			e.Msg = te.msg
-		default:
-			e.Msg = err.Error()
-		}
-		ev.Err = e
+// isStructural reports whether err means the payload is not valid msgpack.
+func isStructural(err error) bool {
+	_, ok := err.(*structError)
+	return ok
+}
+
+// eventErr converts a field error into an EventError.
+func eventErr(idx int, ev *RawEvent, field int, err error) *EventError {
+	e := &EventError{Index: idx, Tag: string(ev.Name), Offset: -1}
+	if field >= 0 {
+		e.Field = fieldNames[field]
 	}
+	switch te := err.(type) {
+	case *typeError:
+		e.Offset = te.off
+		e.Msg = fmt.Sprintf("want %s, got %s", te.want, te.got)
+	case *valueError:
+		e.Offset = te.off
+		e.Msg = te.msg
+	default:
+		e.Msg = err.Error()
+	}
+	return e
+}
+
+// readKey reads a map key: the bytes of a str key, or nil after skipping a
+// key of another kind. An array or map key is a structural error.
+func (r *reader) readKey() ([]byte, error) {
+	switch t := r.peek(); t {
+	case mStr:
+		k, _, err := r.readBytes()
+		return k, err
+	case mArray, mMap:
+		return nil, &structError{r.off, "map key is " + t.String()}
+	}
+	return nil, r.skip()
+}
+
+// decodeEvent decodes one event in a single pass. It returns only structural
+// errors (the payload is not msgpack); field problems go to ev.Err, after
+// which the rest of the value is skipped and validated.
+func (rb *RawBatch) decodeEvent(r *reader, ev *RawEvent, idx int) error {
 	start := r.off
 	switch r.peek() {
 	case mArray:
-		n, _ := r.readArray()
+		n, err := r.readArray()
+		if err != nil {
+			return err
+		}
 		if n == 0 {
-			fail(-1, &valueError{start, "empty event array"})
-			return
+			ev.Err = eventErr(idx, ev, -1, &valueError{start, "empty event array"})
+			return nil
 		}
 		name, err := r.readStr()
 		if err != nil {
+			if isStructural(err) {
+				return err
+			}
 			te := err.(*typeError)
-			fail(-1, &valueError{te.off, "tag: want str, got " + te.got.String()})
-			return
+			ev.Err = eventErr(idx, ev, -1, &valueError{te.off, "tag: want str, got " + te.got.String()})
+			return r.skipN(n) // the tag and the fields
 		}
 		ev.Name = name
 		ev.Tag = tagOf(name)
@@ -400,71 +420,139 @@ func (rb *RawBatch) decodeEvent(r *reader, ev *RawEvent, idx int) {
 			fields = storedArrayFields[:]
 		case TagRemoved:
 			fields = removedArrayFields[:]
-		default:
-			return
 		}
 		for i := 1; i < n; i++ {
-			if i-1 >= len(fields) {
-				return // extra trailing fields: ignore (already validated)
+			if i-1 >= len(fields) || ev.Err != nil {
+				if err := r.skip(); err != nil {
+					return err
+				}
+				continue
 			}
 			f := fields[i-1]
-			if err := rb.decodeField(r, ev, f); err != nil {
-				fail(f, err)
-				return
-			}
-		}
-	case mMap:
-		n, _ := r.readMap()
-		var offs [numFields]int
-		for i := range offs {
-			offs[i] = -1
-		}
-		typeOff := -1
-		for i := 0; i < n; i++ {
-			var key []byte
-			if r.peek() == mStr {
-				key, _, _ = r.readBytes()
-			} else {
-				r.skip()
-			}
 			voff := r.off
-			r.skip()
-			if string(key) == "type" {
-				typeOff = voff
-			} else if key != nil {
-				if f := fieldIndex(key); f >= 0 {
-					offs[f] = voff
+			if err := rb.decodeField(r, ev, f); err != nil {
+				if isStructural(err) {
+					return err
+				}
+				ev.Err = eventErr(idx, ev, f, err)
+				r.off = voff
+				if err := r.skip(); err != nil {
+					return err
 				}
 			}
 		}
+		return nil
+	case mMap:
+		n, err := r.readMap()
+		if err != nil {
+			return err
+		}
+		// Fields are decoded as they come (a later duplicate key replaces an
+		// earlier one, as in a decoded map); the error reported is the first
+		// in field order among the fields that apply to the tag.
+		var errs [numFields]error
+		var errMask uint32
+		typeOff := -1
+		for i := 0; i < n; i++ {
+			key, err := r.readKey()
+			if err != nil {
+				return err
+			}
+			voff := r.off
+			if string(key) == "type" {
+				typeOff = voff
+				if err := r.skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			f := -1
+			if key != nil {
+				f = fieldIndex(key)
+			}
+			if f < 0 {
+				if err := r.skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			err = rb.decodeField(r, ev, f)
+			errs[f] = err
+			errMask &^= 1 << f
+			if err != nil {
+				if isStructural(err) {
+					return err
+				}
+				errMask |= 1 << f
+				r.off = voff
+				if err := r.skip(); err != nil {
+					return err
+				}
+			}
+		}
+		end := r.off
 		if typeOff < 0 {
-			fail(-1, &valueError{start, `event map has no "type"`})
-			return
+			ev.Err = eventErr(idx, ev, -1, &valueError{start, `event map has no "type"`})
+			return nil
 		}
 		r.off = typeOff
 		name, err := r.readStr()
+		r.off = end
 		if err != nil {
 			te := err.(*typeError)
-			fail(-1, &valueError{te.off, "type: want str, got " + te.got.String()})
-			return
+			ev.Err = eventErr(idx, ev, -1, &valueError{te.off, "type: want str, got " + te.got.String()})
+			return nil
 		}
 		ev.Name = name
 		ev.Tag = tagOf(name)
-		if ev.Tag != TagStored && ev.Tag != TagRemoved {
-			return
-		}
-		for f, off := range offs {
-			if off < 0 || (ev.Tag == TagRemoved && !removedField(f)) {
-				continue
-			}
-			r.off = off
-			if err := rb.decodeField(r, ev, f); err != nil {
-				fail(f, err)
-				return
+		ev.keepFields()
+		for f := 0; f < numFields; f++ {
+			if errMask&(1<<f) != 0 && ev.fieldApplies(f) {
+				ev.Err = eventErr(idx, ev, f, errs[f])
+				break
 			}
 		}
+		return nil
+	}
+	t := r.peek()
+	if err := r.skip(); err != nil {
+		return err
+	}
+	ev.Err = eventErr(idx, ev, -1, &typeError{start, "array or map event", t})
+	return nil
+}
+
+// skipN skips n values.
+func (r *reader) skipN(n int) error {
+	for ; n > 0; n-- {
+		if err := r.skip(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fieldApplies reports whether field f belongs to the event's tag.
+func (ev *RawEvent) fieldApplies(f int) bool {
+	switch ev.Tag {
+	case TagStored:
+		return true
+	case TagRemoved:
+		return removedField(f)
+	}
+	return false
+}
+
+// keepFields clears the fields a map event carried that do not belong to its tag.
+func (ev *RawEvent) keepFields() {
+	switch ev.Tag {
+	case TagStored:
+		return
+	case TagRemoved:
+		*ev = RawEvent{Tag: ev.Tag, Name: ev.Name, BlockSize: -1, BlockHashes: ev.BlockHashes,
+			Medium: ev.Medium, HasGroup: ev.HasGroup, Group: ev.Group, Locality: ev.Locality}
 	default:
-		fail(-1, &typeError{start, "array or map event", r.peek()})
+		*ev = RawEvent{Tag: ev.Tag, Name: ev.Name, BlockSize: -1}
 	}
 }
 
@@ -545,8 +633,16 @@ func (rb *RawBatch) decodeField(r *reader, ev *RawEvent, f int) error {
 		if err != nil {
 			return err
 		}
+		if n > len(r.b)-r.off {
+			return r.truncated()
+		}
 		base := len(rb.hashes)
 		for i := 0; i < n; i++ {
+			if r.off+9 <= len(r.b) && (r.b[r.off] == 0xcf || r.b[r.off] == 0xd3) {
+				rb.hashes = append(rb.hashes, binary.BigEndian.Uint64(r.b[r.off+1:]))
+				r.off += 9
+				continue
+			}
 			h, err := r.readHash()
 			if err != nil {
 				return err
@@ -593,10 +689,8 @@ func (rb *RawBatch) decodeField(r *reader, ev *RawEvent, f int) error {
 			n, _ := r.readMap()
 			saltOff := -1 // the last "cache_salt" wins, as in a decoded map
 			for i := 0; i < n; i++ {
-				var key []byte
-				if r.peek() == mStr {
-					key, _, _ = r.readBytes()
-				} else if err := r.skip(); err != nil {
+				key, err := r.readKey()
+				if err != nil {
 					return err
 				}
 				if string(key) == "cache_salt" {
@@ -691,31 +785,49 @@ func (rb *RawBatch) decodeTokens(r *reader, ev *RawEvent) error {
 		}
 		rb.tokens = append(rb.tokens, last)
 	} else {
-		rb.tokens = growU32(rb.tokens, n)
-		for i := 0; i < n; i++ {
-			// Inline fast path for the common encodings.
-			if r.off < len(r.b) {
-				if c := r.b[r.off]; c <= 0x7f {
-					rb.tokens = append(rb.tokens, uint32(c))
-					r.off++
-					continue
-				} else if c == 0xcd && r.off+3 <= len(r.b) {
-					rb.tokens = append(rb.tokens, uint32(r.b[r.off+1])<<8|uint32(r.b[r.off+2]))
-					r.off += 3
-					continue
-				}
-			}
-			t, err := r.readToken()
-			if err != nil {
-				return err
-			}
-			rb.tokens = append(rb.tokens, t)
+		if n > len(r.b)-r.off {
+			return r.truncated()
 		}
+		rb.tokens = growU32(rb.tokens, n)
+		toks := rb.tokens[base : base+n]
+		b, off := r.b, r.off
+		for i := range toks {
+			if off >= len(b) {
+				r.off = off
+				return r.truncated()
+			}
+			// Inline fast paths for the common encodings.
+			switch c := b[off]; {
+			case c <= 0x7f:
+				toks[i] = uint32(c)
+				off++
+			case c == 0xcd && off+3 <= len(b):
+				toks[i] = uint32(b[off+1])<<8 | uint32(b[off+2])
+				off += 3
+			case c == 0xce && off+5 <= len(b):
+				toks[i] = binary.BigEndian.Uint32(b[off+1:])
+				off += 5
+			case c == 0xcc && off+2 <= len(b):
+				toks[i] = uint32(b[off+1])
+				off += 2
+			default:
+				r.off = off
+				t, err := r.readToken()
+				if err != nil {
+					return err
+				}
+				toks[i] = t
+				off = r.off
+			}
+		}
+		r.off = off
+		rb.tokens = rb.tokens[:base+n]
 	}
 	ev.Tokens = rb.tokens[base:len(rb.tokens):len(rb.tokens)]
 	return nil
 }
 
+// growU32 makes room for n more elements after len(s).
 func growU32(s []uint32, n int) []uint32 {
 	if cap(s)-len(s) >= n {
 		return s

@@ -254,7 +254,7 @@ func diffEvent(x, y *RawEvent, exactErr bool) string {
 		return fmt.Sprintf("block_hashes %v vs %v", x.BlockHashes, y.BlockHashes)
 	case x.HasParent != y.HasParent || x.Parent != y.Parent:
 		return "parent"
-	case !slices.Equal(x.Tokens, y.Tokens) || (x.Tokens == nil) != (y.Tokens == nil):
+	case !slices.Equal(x.Tokens, y.Tokens): // nil and empty both mean no tokens
 		return fmt.Sprintf("tokens %v vs %v", x.Tokens, y.Tokens)
 	case x.BlockSize != y.BlockSize:
 		return "block_size"
