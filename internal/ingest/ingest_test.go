@@ -161,3 +161,39 @@ func TestManyWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicEpochRestart: SGLang appends "\x00sgl-kv-epoch=<uuid>" to the
+// topic; a new epoch is a new engine incarnation even when its seq does not
+// go backwards.
+func TestTopicEpochRestart(t *testing.T) {
+	m, idx, _ := newTestManager(t, true)
+	p := newGoPub(t)
+	id := "epoch"
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port), Topic: "kv"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(epoch string, seq uint64, events []map[string]any) {
+		if err := p.send([]byte("kv\x00sgl-kv-epoch="+epoch), seqFrame(seq), encodeBatch(t, events, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seq uint64
+	warmUp(t, m, id, func() uint64 { seq++; send("a", seq, nil); return seq })
+	e := newEngine(21)
+	_, ev := e.store(nil, 3)
+	seq++
+	send("a", seq, []map[string]any{ev})
+	waitSeq(t, m, id, seq)
+	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	before := status(t, m, id)
+
+	e.forget()
+	_, ev = e.store(nil, 2)
+	seq += 5 // the new incarnation happens to be further along
+	send("b", seq, []map[string]any{ev})
+	waitSeq(t, m, id, seq)
+	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	if d := status(t, m, id).EngineRestarts - before.EngineRestarts; d != 1 {
+		t.Errorf("engine restarts +%d, want +1", d)
+	}
+}

@@ -34,6 +34,7 @@ type sink interface {
 type item struct {
 	connected bool
 	seq       uint64
+	topic     []byte
 	payload   []byte
 }
 
@@ -79,6 +80,7 @@ type rank struct {
 	coveredTo uint64 //
 	liveSeen  bool   // a live batch arrived on this connection
 	liveLast  uint64 //
+	epoch     []byte // last sgl-kv-epoch seen in the topic
 	st        batchStats
 	logLimit  rateLimit
 }
@@ -252,7 +254,7 @@ func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
 		if r.met != nil {
 			r.met.bytes.Add(float64(len(f[2])))
 		}
-		if !r.push(item{seq: binary.BigEndian.Uint64(f[1]), payload: f[2]}) {
+		if !r.push(item{seq: binary.BigEndian.Uint64(f[1]), topic: f[0], payload: f[2]}) {
 			return
 		}
 	}
@@ -291,9 +293,10 @@ func (r *rank) applyLoop() {
 		case it := <-r.q:
 			if it.connected {
 				r.onConnect()
-			} else {
-				r.live(it.seq, it.payload)
+				continue
 			}
+			r.checkEpoch(it.topic, it.seq)
+			r.live(it.seq, it.payload)
 		}
 	}
 }
@@ -330,14 +333,7 @@ func (r *rank) live(seq uint64, payload []byte) {
 			r.liveSeen, r.liveLast = true, seq
 			return
 		}
-		r.restart("seq went backwards", r.last, seq)
-		if r.replay != nil {
-			if _, _, err := r.replayFrom(0); err != nil {
-				r.replayFailed(err)
-			} else {
-				r.covered, r.coveredTo = r.hasLast, r.last
-			}
-		}
+		r.restartAndCatchUp("seq went backwards", seq)
 	}
 	r.liveSeen, r.liveLast = true, seq
 	if r.hasLast && seq > r.last+1 {
@@ -353,6 +349,41 @@ func (r *rank) live(seq uint64, payload []byte) {
 	r.apply(seq, payload)
 }
 
+// restartAndCatchUp clears the rank for a new engine incarnation and, when
+// the engine has a replay endpoint, applies its buffer from seq 0.
+func (r *rank) restartAndCatchUp(why string, got uint64) {
+	r.restart(why, r.last, got)
+	if r.replay == nil {
+		return
+	}
+	if _, _, err := r.replayFrom(0); err != nil {
+		r.replayFailed(err)
+		return
+	}
+	r.covered, r.coveredTo = r.hasLast, r.last
+}
+
+// epochKey marks SGLang's per-incarnation topic suffix.
+var epochKey = []byte("sgl-kv-epoch=")
+
+// checkEpoch treats a change of the topic's sgl-kv-epoch as an engine
+// restart, even when the new incarnation's seq has passed the old one's.
+func (r *rank) checkEpoch(topic []byte, seq uint64) {
+	i := bytes.Index(topic, epochKey)
+	if i < 0 {
+		return
+	}
+	ep := topic[i+len(epochKey):]
+	if bytes.Equal(ep, r.epoch) {
+		return
+	}
+	changed := r.epoch != nil
+	r.epoch = append(r.epoch[:0], ep...)
+	if changed && r.hasLast {
+		r.restartAndCatchUp("topic epoch changed", seq)
+	}
+}
+
 // fillGap replays the batches between r.last and seq.
 func (r *rank) fillGap(seq uint64) {
 	r.gaps.Add(1)
@@ -365,9 +396,11 @@ func (r *rank) fillGap(seq uint64) {
 	}
 	r.log.Info("kv events: gap, replaying", "worker", r.worker, "dp_rank", r.dp, "from", r.last+1, "live", seq)
 	if _, _, err := r.replayFrom(r.last + 1); err != nil {
-		r.replayFailed(err)
+		r.replayFailed(err) // counted once; the hole is cleared below
 		if r.hasLast && seq > r.last+1 {
-			r.lost("replay failed", r.last+1, seq)
+			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding", "worker", r.worker,
+				"dp_rank", r.dp, "missing_from", r.last+1, "resumes_at", seq)
+			r.reset()
 		}
 		return
 	}
@@ -440,6 +473,7 @@ func (r *rank) restart(why string, last, got uint64) {
 	r.log.Warn("kv events: engine restarted, clearing worker rank", "worker", r.worker, "dp_rank", r.dp,
 		"reason", why, "last_seq", last, "seq", got)
 	r.reset()
+	r.liveSeen = false
 	r.lastSeq.Store(0) // nothing of the new incarnation applied yet
 }
 
