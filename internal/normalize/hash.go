@@ -3,6 +3,7 @@ package normalize
 import (
 	"encoding/binary"
 	"strconv"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -34,6 +35,16 @@ func seedFromHashes(loraHash, nsHash uint64) uint64 {
 func BlockHash(seed uint64, tokens []uint32, mm []uint64) uint64 {
 	var d xxhash.Digest
 	d.ResetWithSeed(seed)
+	if littleEndian {
+		// The in-memory representation is the wire representation.
+		if len(tokens) > 0 {
+			d.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens)))
+		}
+		if len(mm) > 0 {
+			d.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(mm))), 8*len(mm)))
+		}
+		return d.Sum64()
+	}
 	var buf [256]byte
 	n := 0
 	for _, t := range tokens {
@@ -55,6 +66,9 @@ func BlockHash(seed uint64, tokens []uint32, mm []uint64) uint64 {
 	d.Write(buf[:n])
 	return d.Sum64()
 }
+
+// littleEndian reports whether the machine stores integers little-endian.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // MMItem is a prompt-side multimodal item covering tokens [Offset, Offset+Length).
 type MMItem struct {
