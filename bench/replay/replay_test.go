@@ -1,0 +1,241 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/stats"
+	"github.com/kvrouter/kvrouter/bench/trace"
+)
+
+func TestClock(t *testing.T) {
+	c := Clock{T0: time.Unix(100, 0), SpeedUp: 10}
+	if got := c.Wall(10 * time.Second); !got.Equal(time.Unix(101, 0)) {
+		t.Fatalf("Wall = %v", got)
+	}
+	if got := c.Sim(time.Unix(102, 0)); got != 20*time.Second {
+		t.Fatalf("Sim = %v", got)
+	}
+}
+
+func TestEngineSide(t *testing.T) {
+	for in, want := range map[string]string{
+		"tcp://127.0.0.1:5557": "tcp://*:5557",
+		"tcp://*:5557":         "tcp://*:5557",
+		"ipc:///tmp/x":         "ipc:///tmp/x",
+	} {
+		if got := EngineSide(in); got != want {
+			t.Errorf("EngineSide(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// fakeRouter routes every prompt to worker (seq mod n) and records marks.
+type fakeRouter struct {
+	kvrouterv1.UnimplementedRouterServer
+	mu     sync.Mutex
+	n      int
+	routed int
+	failAt int // Route call number that fails (1-based); 0 never
+	order  map[string][]string
+}
+
+func (f *fakeRouter) Route(_ context.Context, r *kvrouterv1.RouteRequest) (*kvrouterv1.RouteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routed++
+	if f.routed == f.failAt {
+		return nil, status.Error(codes.Unavailable, "every candidate is excluded")
+	}
+	if r.RequestId == "" || len(r.Prompt.GetTokenIds()) == 0 || r.Prompt.Model != "m" {
+		return nil, status.Error(codes.InvalidArgument, "bad request")
+	}
+	f.order[r.RequestId] = append(f.order[r.RequestId], "route")
+	w := f.routed % f.n
+	return &kvrouterv1.RouteResponse{WorkerId: []string{"engine-00", "engine-01"}[w], PromptBlocks: uint32(len(r.Prompt.TokenIds) / 16)}, nil
+}
+
+func (f *fakeRouter) mark(id, what string) (*kvrouterv1.Ack, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.order[id]; !ok {
+		return nil, status.Error(codes.NotFound, "unknown request")
+	}
+	f.order[id] = append(f.order[id], what)
+	return &kvrouterv1.Ack{}, nil
+}
+
+func (f *fakeRouter) MarkPrefillDone(_ context.Context, r *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return f.mark(r.RequestId, "prefill")
+}
+
+func (f *fakeRouter) MarkFinished(_ context.Context, r *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return f.mark(r.RequestId, "finish")
+}
+
+func smallTrace() []trace.Request {
+	var reqs []trace.Request
+	for i := 0; i < 20; i++ {
+		reqs = append(reqs, trace.Request{
+			Arrival: time.Duration(i) * 100 * time.Millisecond, InputLength: 700, OutputLength: 3,
+			HashIDs: []uint64{1, uint64(10 + i%4)},
+		})
+	}
+	return reqs
+}
+
+func TestPlayWithRouter(t *testing.T) {
+	fr := &fakeRouter{n: 2, failAt: 3, order: map[string][]string{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	kvrouterv1.RegisterRouterServer(srv, fr)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rc := kvrouterv1.NewRouterClient(cc)
+
+	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	reqs := smallTrace()
+	var progress int
+	pr, err := Play(context.Background(), PlayConfig{
+		Fleet: fleet, Requests: reqs, Clock: Clock{T0: time.Now(), SpeedUp: 100},
+		Choose: RouterChooser(rc, fleet, "m"), Router: rc, IDPrefix: "t-",
+		OnProgress: func(Progress) { progress++ }, ProgressEvery: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.TTFT) != 20 || pr.ChooseErrors != 1 || len(pr.RouteLatency) != 19 || pr.MarkErrors != 0 {
+		t.Fatalf("ttft %d, choose errors %d, routed %d, mark errors %d (%s)", len(pr.TTFT), pr.ChooseErrors, len(pr.RouteLatency), pr.MarkErrors, pr.FirstError)
+	}
+	if !strings.Contains(pr.FirstError, "every candidate is excluded") {
+		t.Fatalf("first error %q", pr.FirstError)
+	}
+	if progress == 0 {
+		t.Fatal("no progress reported")
+	}
+	fr.mu.Lock()
+	for id, seq := range fr.order {
+		if strings.Join(seq, ",") != "route,prefill,finish" {
+			t.Errorf("%s: calls %v", id, seq)
+		}
+	}
+	if len(fr.order) != 19 {
+		t.Errorf("%d requests tracked, want 19", len(fr.order))
+	}
+	fr.mu.Unlock()
+	tot := fleet.Totals()
+	var tokens uint64
+	for _, n := range pr.PromptTokens {
+		tokens += n
+	}
+	if tot.Requests != 20 || tokens != 20*700 || tot.PromptBlocks != 20*43 {
+		t.Fatalf("totals %+v, tokens %d", tot, tokens)
+	}
+	// All share id 1 (32 blocks); with two engines, only the first request on each misses it.
+	if tot.CachedBlocks < 18*32 {
+		t.Fatalf("cached %d blocks, want at least %d", tot.CachedBlocks, 18*32)
+	}
+	for _, d := range pr.TTFT {
+		if d < 0 {
+			t.Fatalf("negative TTFT %v", d)
+		}
+	}
+}
+
+func TestPlayBaselinesAndCancel(t *testing.T) {
+	fleet, err := StartFleet(FleetConfig{Engines: 3, Engine: engine.Config{CapacityBlocks: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	pr, err := Play(context.Background(), PlayConfig{Fleet: fleet, Requests: smallTrace(), Clock: Clock{T0: time.Now(), SpeedUp: 1000}, Choose: RoundRobin(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.PromptTokens[0] != 7*700 || pr.PromptTokens[1] != 7*700 || pr.PromptTokens[2] != 6*700 {
+		t.Fatalf("round robin loads %v", pr.PromptTokens)
+	}
+	// A replay scheduled far in the future ends promptly when cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Play(ctx, PlayConfig{Fleet: fleet, Requests: smallTrace(), Clock: Clock{T0: time.Now().Add(time.Hour), SpeedUp: 1}, Choose: Random(3, 1)})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("cancelled play returned nil")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelled play did not return")
+	}
+}
+
+func TestReportOutputs(t *testing.T) {
+	r := &Report{Trace: "t.jsonl", Requests: 10, Engines: 2, CapacityBlocks: 8, BlockSize: 16, SpeedUp: 5, PooledCeiling: 0.2,
+		Results: []PolicyResult{
+			{Policy: "kvrouter", HitRate: 0.19, HitRateOfCeiling: 0.95, Imbalance: 1.1, TTFT: stats.Summary{P50: time.Second, P99: 3 * time.Second}, Route: stats.Summary{N: 10, P50: time.Millisecond, P99: 2 * time.Millisecond}, EventsPerSec: 12},
+			{Policy: "round-robin<&>", HitRate: 0.05, Imbalance: 1.0, TTFT: stats.Summary{P50: 2 * time.Second, P99: 9 * time.Second}},
+		}}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kvrouter", "19.0%", "95%", "9.00", "2.0", "pooled LRU ceiling"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	dec := xml.NewDecoder(strings.NewReader(r.SVG()))
+	rects := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	if rects != 1+2+4 { // background, two hit bars, two TTFT pairs
+		t.Fatalf("%d rects", rects)
+	}
+}
+
+func TestStartRouterMissingBinary(t *testing.T) {
+	_, err := StartRouter(context.Background(), RouterConfig{Bin: "/nonexistent/kvrouter"})
+	if err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("err = %v", err)
+	}
+}
