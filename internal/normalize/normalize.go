@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -70,6 +69,12 @@ type Config struct {
 	WarnInterval time.Duration
 }
 
+// Warning kinds for rate limiting: one per Reason, then these.
+const (
+	warnNamespaceOverflow = int(NumReasons) + iota
+	numWarnings
+)
+
 // maxGroups bounds the learned KV cache groups (the index comes off the wire).
 const maxGroups = 1024
 
@@ -91,8 +96,8 @@ type Normalizer struct {
 	lastSeed         uint64
 	mm               []uint64
 	seen             map[uint64]struct{}
-	warnLast         [NumReasons]time.Time
-	warnSuppressed   [NumReasons]int
+	warnLast         [numWarnings]time.Time
+	warnSuppressed   [numWarnings]int
 }
 
 // nsState is a block's cache namespace (by XXH64 of its name) or ambiguous.
@@ -144,7 +149,7 @@ func New(cfg Config) *Normalizer {
 		n.blockSize = 16
 	}
 	if n.log == nil {
-		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		n.log = slog.New(slog.DiscardHandler)
 	}
 	if n.warnInterval <= 0 {
 		n.warnInterval = 10 * time.Second
@@ -216,7 +221,6 @@ func (n *Normalizer) Normalize(payload []byte, b *Batch) error {
 		return err
 	}
 	n.apply(&b.raw, b)
-	b.raw.Events = b.raw.Events[:0] // the payload may be reused by the caller
 	return nil
 }
 
@@ -281,7 +285,7 @@ func (n *Normalizer) learn(ev *RawEvent) {
 		return
 	}
 	if _, ok := n.groups[ev.Group]; !ok && len(n.groups) >= maxGroups {
-		n.warn(ReasonUnlearnedGroup, "too many KV cache groups; not learning", "group_idx", ev.Group)
+		n.warn(int(ReasonUnlearnedGroup), "too many KV cache groups; not learning", "group_idx", ev.Group)
 		return
 	}
 	n.groups[ev.Group] = classify(ev.SpecKind)
@@ -409,6 +413,8 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 		case hasNS && !known:
 			if len(n.ns) >= n.maxNS {
 				b.NamespaceOverflow++
+				n.warn(warnNamespaceOverflow, "cache namespace memory full; unsalted children of this block will not inherit its namespace",
+					"max_namespaced_blocks", n.maxNS)
 				continue
 			}
 			n.ns[h] = nsState{hash: nsHash}
@@ -555,13 +561,13 @@ func (n *Normalizer) malformed(b *Batch, ev *RawEvent, idx int, msg string) {
 
 func (n *Normalizer) mismatch(b *Batch, bs int) {
 	b.skip(ReasonBlockSizeMismatch)
-	n.warn(ReasonBlockSizeMismatch, "dropping store: engine block size is not a multiple of the router block size",
+	n.warn(int(ReasonBlockSizeMismatch), "dropping store: engine block size is not a multiple of the router block size",
 		"engine_block_size", bs, "router_block_size", n.blockSize)
 }
 
-// warn logs at most one warning per reason per WarnInterval, reporting how
-// many were suppressed in between.
-func (n *Normalizer) warn(r Reason, msg string, args ...any) {
+// warn logs at most one warning of kind r (a Reason or a warn* constant) per
+// WarnInterval, reporting how many were suppressed in between.
+func (n *Normalizer) warn(r int, msg string, args ...any) {
 	now := time.Now()
 	if !n.warnLast[r].IsZero() && now.Sub(n.warnLast[r]) < n.warnInterval {
 		n.warnSuppressed[r]++
@@ -571,7 +577,10 @@ func (n *Normalizer) warn(r Reason, msg string, args ...any) {
 		n.warnLast[r] = now
 		return
 	}
-	args = append(args, "reason", r.String(), "suppressed", n.warnSuppressed[r])
+	if r < int(NumReasons) {
+		args = append(args, "reason", Reason(r).String())
+	}
+	args = append(args, "suppressed", n.warnSuppressed[r])
 	n.warnLast[r], n.warnSuppressed[r] = now, 0
 	n.log.Warn(msg, args...)
 }
