@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -71,10 +72,23 @@ func newDialer(timeout, keepAlive time.Duration) *net.Dialer {
 	}
 }
 
-// openZMTP performs the ZMTP handshake on nc as socket type typ.
+// bufConn reads through a buffer: zmq4's Conn reads each frame header and
+// body with its own Read call, which on a bare net.Conn is a syscall each.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// readBuffer is the size of a connection's read buffer.
+const readBuffer = 64 << 10
+
+// openZMTP performs the ZMTP handshake on nc as socket type typ. The returned
+// Conn reads through a buffer.
 func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	c, err := zmq4.Open(nc, nullSecurity{}, typ, nil, server, nil)
+	c, err := zmq4.Open(&bufConn{Conn: nc, r: bufio.NewReaderSize(nc, readBuffer)}, nullSecurity{}, typ, nil, server, nil)
 	if err != nil {
 		return nil, err
 	}
