@@ -6,5 +6,12 @@
 // tokenspeed), learns hybrid-model group kinds and cache namespaces per
 // worker/rank, and filters what cannot describe a reusable prefix, with a reason.
 //
+// DecodeBatch is the raw decode step: a zero-copy msgpack reader that
+// allocates nothing once its RawBatch has grown, checked against
+// github.com/shamaton/msgpack/v2 by FuzzDifferential. A Normalizer (one per
+// worker/rank) turns a payload into a Batch of Events. Seed, BlockHash, MMHash
+// and HashPrompt are the router block hash, specified byte by byte in HASH.md
+// with test vectors in testdata/hash_vectors.json.
+//
 // It imports no other internal package.
 package normalize
