@@ -250,7 +250,8 @@ func benchZMQ(b *testing.B) {
 func TestBenchPublisherProcess(t *testing.T) {
 	if os.Getenv("KVROUTER_BENCH_PUBLISHER") != "1" {
 		warm, cycle := benchPayloads(0)
-		s := newIndexSink(radix.New(radix.Config{CheckInvariants: true}), radix.Worker{ID: "w"}, testBlockSize, nil)
+		ix := radix.New(radix.Config{})
+		s := newIndexSink(ix, radix.Worker{ID: "w"}, testBlockSize, nil)
 		var st batchStats
 		for n := 0; n < benchWindow+benchCycle+3; n++ {
 			st.reset()
@@ -263,6 +264,9 @@ func TestBenchPublisherProcess(t *testing.T) {
 		}
 		if got := s.cached(); got != benchWindow*benchBatchBlocks {
 			t.Fatalf("cached %d", got)
+		}
+		if err := ix.CheckInvariants(); err != nil {
+			t.Fatal(err)
 		}
 		return
 	}

@@ -6,8 +6,11 @@ import (
 	"io"
 	"log"
 	"net"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 
@@ -208,4 +211,88 @@ func (p *goPub) publishRank(t testing.TB, events []map[string]any, rank int) uin
 		t.Error(err)
 	}
 	return seq
+}
+
+// TestCloseStopsEverything: Close returns promptly and leaves no goroutine
+// behind, whether a rank is dialing in backoff, bound and waiting, connected
+// to an engine that is silent, or mid replay to a replay socket that never
+// answers.
+func TestCloseStopsEverything(t *testing.T) {
+	base := runtime.NumGoroutine()
+	idx := radix.New(radix.Config{})
+	m, err := New(Config{Index: idx, BlockSize: testBlockSize, ReconnectMin: time.Millisecond,
+		ReconnectMax: 5 * time.Millisecond, ReplayTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A silent "engine": accepts TCP and completes the ZMTP handshake as a
+	// PUB, and a replay "engine" that accepts and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			nc, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, nc)
+			mu.Unlock()
+			go openZMTP(nc, zmq4.Pub, true)
+		}
+	}()
+	go func() {
+		for {
+			nc, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, nc)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	unused := freePort(t)
+	for _, w := range []Worker{
+		{ID: "dialing", KVEndpoint: fmt.Sprintf("tcp://*:%d", unused), DPSize: 2},
+		{ID: "bound", KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))},
+		{ID: "silent", KVEndpoint: ">tcp://" + silent.Addr().String(), ReplayEndpoint: "tcp://" + mute.Addr().String()},
+	} {
+		if err := m.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the silent engine to be connected", func() bool { return status(t, m, "silent").Connected })
+	start := time.Now()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := m.Add(Worker{ID: "late", KVEndpoint: "tcp://*:5557"}); err == nil {
+		t.Error("Add after Close succeeded")
+	}
+	silent.Close()
+	mute.Close()
+	eventually(t, "goroutines to return to the baseline", func() bool {
+		return runtime.NumGoroutine() <= base
+	})
 }
