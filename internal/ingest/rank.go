@@ -29,6 +29,12 @@ type sink interface {
 	cached() uint64
 }
 
+// replayer asks the engine for its buffered batches from start on, calling
+// fn for each, up to the end marker.
+type replayer interface {
+	replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte)) error
+}
+
 // item is one entry of a rank's queue: a batch, or the news that a new
 // connection is up.
 type item struct {
@@ -45,7 +51,7 @@ type rank struct {
 	worker string
 	dp     uint32
 	ep     Endpoint
-	replay *replayClient // nil: the engine has no replay endpoint
+	replay replayer // nil: the engine has no replay endpoint
 	topic  []byte
 	sink   sink
 	log    *slog.Logger
