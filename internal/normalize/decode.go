@@ -20,6 +20,7 @@ const (
 
 var tagNames = [...]string{"unknown", "BlockStored", "BlockRemoved", "AllBlocksCleared"}
 
+// String returns the tag as engines send it ("unknown" for TagUnknown).
 func (t Tag) String() string {
 	if int(t) < len(tagNames) {
 		return tagNames[t]
@@ -111,6 +112,7 @@ type DecodeError struct {
 	Msg    string
 }
 
+// Error describes the problem and its byte offset.
 func (e *DecodeError) Error() string {
 	s := "decode batch: "
 	if e.Field != "" {
@@ -132,6 +134,7 @@ type EventError struct {
 	Msg    string
 }
 
+// Error names the event, its tag, the field and the byte offset.
 func (e *EventError) Error() string {
 	s := fmt.Sprintf("event %d", e.Index)
 	if e.Tag != "" {

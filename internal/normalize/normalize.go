@@ -47,6 +47,7 @@ var reasonLabels = [NumReasons]string{
 	"invalid_block_sequence", "unknown_tag", "malformed_event",
 }
 
+// String returns the reason's metric label.
 func (r Reason) String() string {
 	if r < NumReasons {
 		return reasonLabels[r]
