@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -127,7 +128,7 @@ func TestAddErrors(t *testing.T) {
 // TestDataParallelRanks: rank r follows base port + r and lands in the index
 // as its own worker/rank.
 func TestDataParallelRanks(t *testing.T) {
-	m, idx, _ := newTestManager(t, true)
+	m, idx, reg := newTestManager(t, true)
 	const dp = 3
 	var pubs [dp]zmq4.Socket
 	base := 0
@@ -186,8 +187,14 @@ func TestDataParallelRanks(t *testing.T) {
 			t.Errorf("rank %d: %+v", r, s)
 		}
 	}
+	if got := seriesOf(t, reg, id); got == 0 {
+		t.Fatal("no metric series for the worker before Remove")
+	}
 	if err := m.Remove(id); err != nil {
 		t.Fatal(err)
+	}
+	if got := seriesOf(t, reg, id); got != 0 {
+		t.Errorf("%d metric series survive Remove", got)
 	}
 	for r := 0; r < dp; r++ {
 		if got := idx.Cached(radix.Worker{ID: id, DPRank: uint32(r)}); got != 0 {
@@ -295,4 +302,24 @@ func TestCloseStopsEverything(t *testing.T) {
 	eventually(t, "goroutines to return to the baseline", func() bool {
 		return runtime.NumGoroutine() <= base
 	})
+}
+
+// seriesOf counts the metric series labeled with worker id.
+func seriesOf(t *testing.T, reg *prometheus.Registry, id string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			for _, l := range mm.GetLabel() {
+				if l.GetName() == "worker" && l.GetValue() == id {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
