@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // sink applies one rank's batches in order. One goroutine uses it at a time.
@@ -320,10 +319,8 @@ func (r *rank) onConnect() {
 	maxSeen, seen, err := r.replayFrom(0)
 	if err == nil && hadLast && (!seen || maxSeen < last) {
 		r.restart("replay buffer ends before the last applied seq", last, maxSeen)
-		maxSeen, seen, err = r.replayFrom(0)
+		_, _, err = r.replayFrom(0)
 	}
-	_ = maxSeen
-	_ = seen
 	if err != nil {
 		r.replayFailed(err)
 		return
@@ -400,12 +397,12 @@ func (r *rank) fillGap(seq uint64) {
 		r.lost("gap and no replay endpoint", r.last+1, seq)
 		return
 	}
-	r.log.Info("kv events: gap, replaying", "worker", r.worker, "dp_rank", r.dp, "from", r.last+1, "live", seq)
+	r.log.Info("kv events: gap, replaying", "from", r.last+1, "live", seq)
 	if _, _, err := r.replayFrom(r.last + 1); err != nil {
 		r.replayFailed(err) // counted once; the hole is cleared below
 		if r.hasLast && seq > r.last+1 {
-			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding", "worker", r.worker,
-				"dp_rank", r.dp, "missing_from", r.last+1, "resumes_at", seq)
+			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding",
+				"missing_from", r.last+1, "resumes_at", seq)
 			r.reset()
 		}
 		return
@@ -453,8 +450,8 @@ func (r *rank) lost(why string, want, got uint64) {
 	if r.met != nil {
 		r.met.replayFailures.Inc()
 	}
-	r.log.Warn("kv events: history lost, clearing worker rank and rebuilding", "worker", r.worker,
-		"dp_rank", r.dp, "reason", why, "missing_from", want, "resumes_at", got)
+	r.log.Warn("kv events: history lost, clearing worker rank and rebuilding",
+		"reason", why, "missing_from", want, "resumes_at", got)
 	r.reset()
 }
 
@@ -467,7 +464,7 @@ func (r *rank) replayFailed(err error) {
 	if r.met != nil {
 		r.met.replayFailures.Inc()
 	}
-	r.log.Warn("kv events: replay failed", "worker", r.worker, "dp_rank", r.dp, "err", err)
+	r.log.Warn("kv events: replay failed", "err", err)
 }
 
 // restart records an engine restart and clears the rank.
@@ -476,7 +473,7 @@ func (r *rank) restart(why string, last, got uint64) {
 	if r.met != nil {
 		r.met.restarts.Inc()
 	}
-	r.log.Warn("kv events: engine restarted, clearing worker rank", "worker", r.worker, "dp_rank", r.dp,
+	r.log.Warn("kv events: engine restarted, clearing worker rank",
 		"reason", why, "last_seq", last, "seq", got)
 	r.reset()
 	r.liveSeen = false
@@ -501,7 +498,7 @@ func (r *rank) apply(seq uint64, payload []byte) {
 			r.met.decodeErrors.Inc()
 		}
 		if r.logLimit.allow() {
-			r.log.Warn("kv events: batch skipped", "worker", r.worker, "dp_rank", r.dp, "seq", seq, "err", err)
+			r.log.Warn("kv events: batch skipped", "seq", seq, "err", err)
 		}
 	}
 	r.eventsApplied.Add(uint64(r.st.events))
@@ -511,7 +508,7 @@ func (r *rank) apply(seq uint64, payload []byte) {
 	if r.st.decodeErrors > 0 {
 		r.decodeErrors.Add(uint64(r.st.decodeErrors))
 		if r.logLimit.allow() {
-			r.log.Warn("kv events: events skipped", "worker", r.worker, "dp_rank", r.dp, "seq", seq,
+			r.log.Warn("kv events: events skipped", "seq", seq,
 				"count", r.st.decodeErrors, "err", r.st.firstErr)
 		}
 	}
@@ -544,5 +541,3 @@ func (l *rateLimit) allow() bool {
 	n := l.next.Load()
 	return now >= n && l.next.CompareAndSwap(n, now+int64(10*time.Second))
 }
-
-var _ = radix.Worker{}
