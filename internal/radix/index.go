@@ -104,7 +104,8 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	}
 	si, pnode := 0, uint32(rootID)
 	if hasParent {
-		b, ok := ws.blocks[parent]
+		v, ok := ws.blocks.get(parent)
+		b := binding(v)
 		if !ok {
 			ws.parentNotFound.Add(1)
 			return fmt.Errorf("store on %s: parent %#x: %w", ws.w, parent, ErrParentNotFound)
@@ -116,12 +117,9 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	// An engine hash bound in another shard is being re-bound to a different
 	// prefix: drop the old binding first (one shard lock at a time).
 	for _, bl := range blocks {
-		if b, ok := ws.blocks[bl.EngineHash]; ok && b.shard() != si {
-			ix.unbind(ws, bl.EngineHash, b)
+		if v, ok := ws.blocks.get(bl.EngineHash); ok && binding(v).shard() != si {
+			ix.unbind(ws, bl.EngineHash, binding(v))
 		}
-	}
-	if ws.blocks == nil {
-		ws.blocks = make(map[uint64]binding, len(blocks))
 	}
 	sh := ix.shards[si]
 	sh.mu.Lock()
@@ -131,7 +129,8 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	for _, bl := range blocks {
 		k = pathKey(k, bl.BlockHash)
 		id := sh.child(prev, k)
-		b, had := ws.blocks[bl.EngineHash]
+		p, had := ws.blocks.ref(bl.EngineHash)
+		b := binding(*p)
 		switch {
 		case had && b.node() == id:
 			c := b.copies(tier)
@@ -143,7 +142,7 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 			if c < maxCopies {
 				c++
 			}
-			ws.blocks[bl.EngineHash] = b.withCopies(tier, c)
+			*p = uint64(b.withCopies(tier, c))
 		default:
 			// Hold the new node before dropping an old binding in this shard,
 			// so that freeing the old node can never free the new path.
@@ -151,14 +150,11 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 			if had {
 				sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
 			}
-			ws.blocks[bl.EngineHash] = makeBinding(si, id).withCopies(tier, 1)
+			*p = uint64(makeBinding(si, id).withCopies(tier, 1))
 		}
 		prev = id
 	}
 	sh.mu.Unlock()
-	if len(ws.blocks) > ws.peak {
-		ws.peak = len(ws.blocks)
-	}
 	ws.setCached()
 	ws.stores.Add(1)
 	ws.blocksStored.Add(uint64(len(blocks)))
@@ -179,7 +175,7 @@ func (ix *Index) unbind(ws *workerState, eh uint64, b binding) {
 	var memo setMemo
 	sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
 	sh.mu.Unlock()
-	delete(ws.blocks, eh)
+	ws.blocks.del(eh)
 }
 
 // checkRun rejects a run that repeats an engine hash or names its own parent.
@@ -260,12 +256,13 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 	var memo setMemo
 	missing, applied, dups := 0, 0, 0
 	for _, eh := range hashes {
-		b, ok := ws.blocks[eh]
-		if !ok || (dir < 0 && b.copies(tier) == 0) {
+		p := ws.blocks.find(eh)
+		if p == nil || (dir < 0 && binding(*p).copies(tier) == 0) {
 			missing++
 			continue
 		}
 		applied++
+		b := binding(*p)
 		c := b.copies(tier)
 		if dir > 0 {
 			if c < maxCopies {
@@ -273,13 +270,13 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 			}
 			if c > 0 {
 				dups++
-				ws.blocks[eh] = b
+				*p = uint64(b)
 				continue
 			}
 		} else {
 			b = b.withCopies(tier, c-1)
 			if c > 1 {
-				ws.blocks[eh] = b
+				*p = uint64(b)
 				continue
 			}
 		}
@@ -293,9 +290,9 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 		}
 		sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo)
 		if b.empty() {
-			delete(ws.blocks, eh)
+			ws.blocks.del(eh)
 		} else {
-			ws.blocks[eh] = b
+			*p = uint64(b)
 		}
 	}
 	if sh != nil {
@@ -304,13 +301,9 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 	if dir > 0 {
 		ws.blocksStored.Add(uint64(applied))
 		ws.dupStore.Add(uint64(dups))
-		if len(ws.blocks) > ws.peak {
-			ws.peak = len(ws.blocks)
-		}
 	} else {
 		ws.removes.Add(1)
 		ws.blocksRemoved.Add(uint64(applied))
-		ws.maybeShrink()
 	}
 	ws.setCached()
 	if missing > 0 {
@@ -332,13 +325,11 @@ func (ix *Index) Clear(w Worker) {
 }
 
 func (ix *Index) clear(ws *workerState) {
-	if len(ws.blocks) == 0 {
+	if ws.blocks.len() == 0 {
 		return
 	}
-	all := make([]binding, 0, len(ws.blocks))
-	for _, b := range ws.blocks {
-		all = append(all, b)
-	}
+	all := make([]binding, 0, ws.blocks.len())
+	ws.blocks.all(func(_, v uint64) { all = append(all, binding(v)) })
 	// Group by shard, then node, so each shard is locked once and runs of
 	// nodes sharing a holder set hit the memo.
 	slices.SortFunc(all, func(a, b binding) int {
@@ -355,7 +346,7 @@ func (ix *Index) clear(ws *workerState) {
 		}
 		sh.mu.Unlock()
 	}
-	ws.blocks, ws.peak = nil, 0
+	ws.blocks = u64map{}
 	ws.setCached()
 }
 

@@ -30,22 +30,23 @@ func (ix *Index) CheckInvariants() error {
 		}
 	}
 	for _, ws := range wss {
-		if got := ws.cached.Load(); got != uint64(len(ws.blocks)) {
-			fail("worker %s: cached %d, holds %d", ws.w, got, len(ws.blocks))
+		if got := ws.cached.Load(); got != uint64(ws.blocks.len()) {
+			fail("worker %s: cached %d, holds %d", ws.w, got, ws.blocks.len())
 		}
-		for eh, b := range ws.blocks {
+		ws.blocks.all(func(eh, v uint64) {
+			b := binding(v)
 			if b.empty() {
 				fail("worker %s: engine hash %#x bound with no copies", ws.w, eh)
-				continue
+				return
 			}
 			if b.shard() >= len(ix.shards) {
 				fail("worker %s: engine hash %#x in shard %d", ws.w, eh, b.shard())
-				continue
+				return
 			}
 			sh := ix.shards[b.shard()]
 			if b.node() == rootID || b.node() >= sh.next || sh.meta(b.node()).parent == noParent {
 				fail("worker %s: engine hash %#x bound to dead node %d/%d", ws.w, eh, b.shard(), b.node())
-				continue
+				return
 			}
 			hk := hkey{b.shard(), b.node(), ws.slot}
 			c := want[hk]
@@ -55,7 +56,7 @@ func (ix *Index) CheckInvariants() error {
 				}
 			}
 			want[hk] = c
-		}
+		})
 	}
 	for si, sh := range ix.shards {
 		free := make(map[uint32]bool, len(sh.free))
@@ -128,8 +129,8 @@ func (ix *Index) CheckInvariants() error {
 		if sh.meta(rootID).set != emptySet {
 			fail("shard %d: root is held", si)
 		}
-		if len(sh.kids)+len(sh.over) != live {
-			fail("shard %d: %d keys for %d live nodes", si, len(sh.kids)+len(sh.over), live)
+		if sh.kids.len()+len(sh.over) != live {
+			fail("shard %d: %d keys for %d live nodes", si, sh.kids.len()+len(sh.over), live)
 		}
 		freeSet := make(map[uint32]bool)
 		for _, id := range sh.freeSets {

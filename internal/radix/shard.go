@@ -27,9 +27,8 @@ type shard struct {
 	free   []uint32 // freed node ids, reused first
 	live   int      // live nodes, root excluded
 
-	kids     map[uint64]uint32 // path key -> node id
-	kidsPeak int               // largest len(kids) since the map was built
-	over     map[ovKey]uint32  // nodes whose path key collides with another live node's
+	kids u64map           // path key -> node id
+	over map[ovKey]uint32 // nodes whose path key collides with another live node's
 
 	sets     []hset
 	freeSets []uint32
@@ -124,8 +123,7 @@ func (s *shard) reset() {
 	s.next = 1
 	s.free = nil
 	s.live = 0
-	s.kids = make(map[uint64]uint32)
-	s.kidsPeak = 0
+	s.kids = u64map{}
 	s.over = nil
 	s.sets = []hset{{}} // emptySet
 	s.freeSets = nil
@@ -144,10 +142,11 @@ func (s *shard) key(id uint32) uint64 {
 
 // lookup finds the child of parent whose path key is k.
 func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
-	id, ok := s.kids[k]
+	v, ok := s.kids.get(k)
 	if !ok {
 		return 0, false
 	}
+	id := uint32(v)
 	if s.meta(id).parent == parent {
 		return id, true
 	}
@@ -183,16 +182,13 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 	s.chunks[id>>chunkBits].key[id&chunkMask] = k
 	*s.meta(id) = nodeMeta{parent: parent}
 	s.meta(parent).nchild++
-	if _, taken := s.kids[k]; taken {
+	if p, taken := s.kids.ref(k); taken {
 		if s.over == nil {
 			s.over = make(map[ovKey]uint32)
 		}
 		s.over[ovKey{parent, k}] = id
 	} else {
-		s.kids[k] = id
-		if len(s.kids) > s.kidsPeak {
-			s.kidsPeak = len(s.kids)
-		}
+		*p = uint64(id)
 	}
 	s.live++
 	return id
@@ -206,12 +202,12 @@ func (s *shard) release(id uint32) {
 			return
 		}
 		k, p := s.key(id), m.parent
-		if cur, ok := s.kids[k]; ok && cur == id {
-			delete(s.kids, k)
+		if cur, ok := s.kids.get(k); ok && uint32(cur) == id {
+			s.kids.del(k)
 			for ok2, oid := range s.over {
 				if ok2.key == k {
 					delete(s.over, ok2)
-					s.kids[k] = oid
+					s.kids.set(k, uint64(oid))
 					break
 				}
 			}
@@ -226,15 +222,6 @@ func (s *shard) release(id uint32) {
 	}
 	if s.live == 0 {
 		s.reset()
-		return
-	}
-	// Go maps never shrink: rebuild the map once it is much smaller than its peak.
-	if s.kidsPeak > 4096 && len(s.kids) < s.kidsPeak/4 {
-		m := make(map[uint64]uint32, len(s.kids))
-		for k, v := range s.kids {
-			m[k] = v
-		}
-		s.kids, s.kidsPeak = m, len(m)
 	}
 }
 

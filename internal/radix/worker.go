@@ -12,8 +12,7 @@ type workerState struct {
 	w    Worker
 	slot uint32
 
-	blocks map[uint64]binding // engine hash -> binding
-	peak   int                // largest len(blocks) since the map was built
+	blocks u64map // engine hash -> binding
 	seen   map[uint64]struct{}
 
 	cached atomic.Uint64
@@ -56,23 +55,7 @@ func (b binding) holderDelta() tierDelta {
 	return d
 }
 
-func (ws *workerState) setCached() { ws.cached.Store(uint64(len(ws.blocks))) }
-
-// maybeShrink rebuilds the blocks map once it is much smaller than its peak,
-// since Go maps never give memory back.
-func (ws *workerState) maybeShrink() {
-	if len(ws.blocks) == 0 {
-		ws.blocks, ws.peak = nil, 0
-		return
-	}
-	if ws.peak > 1024 && len(ws.blocks) < ws.peak/4 {
-		m := make(map[uint64]binding, len(ws.blocks))
-		for k, v := range ws.blocks {
-			m[k] = v
-		}
-		ws.blocks, ws.peak = m, len(m)
-	}
-}
+func (ws *workerState) setCached() { ws.cached.Store(uint64(ws.blocks.len())) }
 
 // registry hands out a dense slot per worker/rank. Slots are never reused, so a
 // Match may map a slot found in a holder set to its worker without locks.

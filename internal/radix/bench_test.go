@@ -1,0 +1,298 @@
+package radix
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Benchmarks run against one full-size index built once per process (see
+// benchSetup): KVROUTER_BENCH_WORKERS workers (default 1000) x
+// KVROUTER_BENCH_CAPACITY blocks (default 16384), with the naive baseline
+// built from the same events. Every event stream applied to one is applied to
+// the other too, so both stay equal to the workload's simulated caches.
+//
+//	go test -run '^$' -bench . -benchmem -benchtime 2s ./internal/radix/
+
+type benchState struct {
+	wl   *workload
+	ix   *Index
+	base *baseline
+
+	residencies  uint64
+	bytesPerRes  float64
+	baseBytesRes float64
+	buildEvents  int
+	buildIndex   time.Duration
+	buildBase    time.Duration
+	buildErrs    int
+
+	prompts [][]uint64 // 512-block prompts of popular conversations
+	scores  float64    // mean workers scored per prompt
+	depth   float64    // mean matched depth
+}
+
+var (
+	benchOnce sync.Once
+	bench     *benchState
+)
+
+func benchSetup(b *testing.B) *benchState {
+	benchOnce.Do(func() { bench = buildBench(b) })
+	return bench
+}
+
+func buildBench(b *testing.B) *benchState {
+	cfg := benchConfig()
+	st := &benchState{wl: newWorkload(cfg)}
+	start := time.Now()
+	logs := make([]*wlLog, cfg.workers)
+	for i, ww := range st.wl.workers {
+		logs[i] = &wlLog{}
+		st.wl.warm(ww, logs[i])
+		st.buildEvents += logs[i].blocks
+	}
+	b.Logf("workload: %d workers x %d blocks, %d block events generated in %v",
+		cfg.workers, cfg.capacity, st.buildEvents, time.Since(start).Round(time.Millisecond))
+
+	h0 := heapAlloc()
+	st.ix = New(Config{})
+	start = time.Now()
+	st.buildErrs = parallelApply(cfg.workers, func(i int) int { return applyLog(st.ix, st.wl, logs[i]) })
+	st.buildIndex = time.Since(start)
+	h1 := heapAlloc()
+	stats := st.ix.Stats()
+	st.residencies = stats.Residencies
+	st.bytesPerRes = float64(h1-h0) / float64(st.residencies)
+
+	st.base = newBaseline(cfg.workers)
+	start = time.Now()
+	for _, l := range logs {
+		st.base.apply(l)
+	}
+	st.buildBase = time.Since(start)
+	h2 := heapAlloc()
+	st.baseBytesRes = float64(h2-h1) / float64(st.residencies)
+	b.Logf("index: %d residencies, %d nodes, %.1f bytes/residency, built in %v (%d errors); baseline %.1f bytes/residency, built in %v",
+		st.residencies, stats.Nodes, st.bytesPerRes, st.buildIndex.Round(time.Millisecond), st.buildErrs,
+		st.baseBytesRes, st.buildBase.Round(time.Millisecond))
+
+	for c := uint64(0); len(st.prompts) < 64 && c < uint64(cfg.convs); c++ {
+		if p := st.wl.prompt(c, 11, nil); len(p) == cfg.maxLen {
+			st.prompts = append(st.prompts, p)
+		}
+	}
+	var out []Score
+	var bo []baseScore
+	var act []int32
+	for _, p := range st.prompts {
+		out = st.ix.Match(p, out)
+		bo, act = st.base.match(p, bo, act)
+		if len(out) != len(bo) {
+			b.Fatalf("index scores %d workers, baseline %d", len(out), len(bo))
+		}
+		for _, s := range out {
+			st.depth += float64(s.Matched)
+		}
+		st.scores += float64(len(out))
+	}
+	if st.scores > 0 {
+		st.depth /= st.scores
+	}
+	st.scores /= float64(len(st.prompts))
+	b.Logf("match prompts: %d of %d blocks, %.0f workers scored and %.1f blocks matched on average",
+		len(st.prompts), cfg.maxLen, st.scores, st.depth)
+	return st
+}
+
+// parallelApply runs f(i) for every worker i, GOMAXPROCS goroutines each
+// owning the workers i % GOMAXPROCS == g, and sums the results.
+func parallelApply(n int, f func(i int) int) int {
+	g := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	var sum atomic.Int64
+	for p := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := 0
+			for i := p; i < n; i += g {
+				s += f(i)
+			}
+			sum.Add(int64(s))
+		}()
+	}
+	wg.Wait()
+	return int(sum.Load())
+}
+
+// BenchmarkMemory reports heap bytes per (block, worker) residency of the
+// full index and of the baseline, both measured by the setup after GC.
+func BenchmarkMemory(b *testing.B) {
+	st := benchSetup(b)
+	for range b.N {
+	}
+	b.ReportMetric(st.bytesPerRes, "bytes/residency")
+	b.ReportMetric(st.baseBytesRes, "baseline-bytes/residency")
+	b.ReportMetric(st.baseBytesRes/st.bytesPerRes, "baseline/index")
+	b.ReportMetric(float64(st.residencies), "residencies")
+}
+
+// BenchmarkEvents applies churn (the stores and evictions of further
+// requests on the full fleet) with one writer and with GOMAXPROCS writers,
+// each owning a disjoint set of workers, as ingest does. One op is one block
+// event (a block stored or removed).
+func BenchmarkEvents(b *testing.B) {
+	st := benchSetup(b)
+	for _, writers := range []int{1, runtime.GOMAXPROCS(0)} {
+		for _, target := range []string{"index", "baseline"} {
+			b.Run(fmt.Sprintf("%s/writers=%d", target, writers), func(b *testing.B) {
+				logs := make([]*wlLog, writers)
+				total := 0
+				for g := range logs {
+					logs[g] = st.wl.churn(max(b.N/writers, 1), g, writers)
+					total += logs[g].blocks
+				}
+				applyIndex := func(g int) { applyLog(st.ix, st.wl, logs[g]) }
+				applyBase := func(g int) { st.base.apply(logs[g]) }
+				timed, other := applyIndex, applyBase
+				if target == "baseline" {
+					timed, other = applyBase, applyIndex
+				}
+				runtime.GC()
+				b.ResetTimer()
+				start := time.Now()
+				runWriters(writers, timed)
+				el := time.Since(start)
+				b.StopTimer()
+				runWriters(writers, other)
+				b.ReportMetric(float64(total)/el.Seconds(), "events/s")
+				b.ReportMetric(float64(total)/el.Seconds()/float64(writers), "events/s/writer")
+			})
+		}
+	}
+}
+
+func runWriters(n int, f func(g int)) {
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(g)
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkMatch512 matches 512-block prompts of popular conversations
+// against the full index: one op is one match.
+func BenchmarkMatch512(b *testing.B) {
+	st := benchSetup(b)
+	b.Run("index", func(b *testing.B) {
+		out := make([]Score, 0, len(st.wl.workers))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			out = st.ix.Match(st.prompts[i%len(st.prompts)], out)
+		}
+		b.ReportMetric(st.scores, "workers/match")
+	})
+	b.Run("index-parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var n atomic.Int64
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			out := make([]Score, 0, len(st.wl.workers))
+			i := int(n.Add(1)) * 7
+			for pb.Next() {
+				out = st.ix.Match(st.prompts[i%len(st.prompts)], out)
+				i++
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "matches/s")
+	})
+	b.Run("baseline", func(b *testing.B) {
+		var out []baseScore
+		var act []int32
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			out, act = st.base.match(st.prompts[i%len(st.prompts)], out, act)
+		}
+	})
+}
+
+// BenchmarkMixed runs matches on GOMAXPROCS goroutines while one writer
+// applies churn at full speed. One op is one match; matches/s and the
+// writer's events/s over the same window are reported.
+func BenchmarkMixed(b *testing.B) {
+	st := benchSetup(b)
+	for _, target := range []string{"index", "baseline"} {
+		b.Run(target, func(b *testing.B) {
+			log := st.wl.churn(min(max(b.N*40, 100_000), 8_000_000), 0, 1)
+			var applied atomic.Int64
+			match := func() func(p []uint64) {
+				if target == "index" {
+					out := make([]Score, 0, len(st.wl.workers))
+					return func(p []uint64) { out = st.ix.Match(p, out) }
+				}
+				var out []baseScore
+				var act []int32
+				return func(p []uint64) { out, act = st.base.match(p, out, act) }
+			}
+			write := func(ev *wlEvent) {
+				if target == "index" {
+					w := st.wl.workers[ev.w].w
+					if ev.remove {
+						st.ix.Remove(w, ev.hashes, TierDevice)
+					} else {
+						st.ix.Store(w, ev.parent, ev.hasParent, TierDevice, ev.blocks)
+					}
+				} else if ev.remove {
+					st.base.remove(ev.w, ev.hashes)
+				} else {
+					st.base.store(ev.w, ev.parent, ev.hasParent, ev.blocks)
+				}
+				applied.Add(int64(len(ev.blocks) + len(ev.hashes)))
+			}
+			runtime.GC()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := range log.ev {
+					write(&log.ev[i])
+				}
+			}()
+			var n atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				m := match()
+				i := int(n.Add(1)) * 13
+				for pb.Next() {
+					m(st.prompts[i%len(st.prompts)])
+					i++
+				}
+			})
+			el := time.Since(start)
+			ev := applied.Load()
+			b.StopTimer()
+			<-done
+			// Keep the other structure in step with the workload.
+			if target == "index" {
+				st.base.apply(log)
+			} else {
+				applyLog(st.ix, st.wl, log)
+			}
+			b.ReportMetric(float64(b.N)/el.Seconds(), "matches/s")
+			b.ReportMetric(float64(ev)/el.Seconds(), "writer-events/s")
+			if ev >= int64(log.blocks) {
+				b.ReportMetric(1, "writer-ran-dry")
+			}
+		})
+	}
+}

@@ -1,0 +1,188 @@
+package radix
+
+import "math/bits"
+
+// u64map is an open-addressing hash map from uint64 to uint64: linear probing
+// over one array of {key, value} slots, any table size (a hash is mapped onto
+// the table by multiply-shift), deletion by backward shift so there are no
+// tombstones, growth at 80% load and shrinking below 25%. Key 0 marks an empty
+// slot, so it is kept aside.
+//
+// It replaces Go maps on the write path: under insert/delete churn they spend
+// most of their time probing, and their memory never shrinks.
+type u64map struct {
+	slots   []u64slot
+	n       int // keys in slots
+	hasZero bool
+	zero    uint64
+}
+
+type u64slot struct{ k, v uint64 }
+
+const minMapSize = 8
+
+func (m *u64map) len() int {
+	if m.hasZero {
+		return m.n + 1
+	}
+	return m.n
+}
+
+func (m *u64map) home(k uint64) int {
+	hi, _ := bits.Mul64(fmix64(k), uint64(len(m.slots)))
+	return int(hi)
+}
+
+// get returns the value of k.
+func (m *u64map) get(k uint64) (uint64, bool) {
+	if k == 0 {
+		return m.zero, m.hasZero
+	}
+	if len(m.slots) == 0 {
+		return 0, false
+	}
+	s := m.slots
+	for i := m.home(k); ; {
+		if s[i].k == k {
+			return s[i].v, true
+		}
+		if s[i].k == 0 {
+			return 0, false
+		}
+		if i++; i == len(s) {
+			i = 0
+		}
+	}
+}
+
+// find returns a pointer to k's value, or nil. The pointer is valid until the
+// next insert or delete.
+func (m *u64map) find(k uint64) *uint64 {
+	if k == 0 {
+		if m.hasZero {
+			return &m.zero
+		}
+		return nil
+	}
+	if len(m.slots) == 0 {
+		return nil
+	}
+	s := m.slots
+	for i := m.home(k); ; {
+		if s[i].k == k {
+			return &s[i].v
+		}
+		if s[i].k == 0 {
+			return nil
+		}
+		if i++; i == len(s) {
+			i = 0
+		}
+	}
+}
+
+// ref returns a pointer to k's value, inserting k with value 0 if absent, and
+// whether k was present. The pointer is valid until the next insert or delete.
+func (m *u64map) ref(k uint64) (*uint64, bool) {
+	if k == 0 {
+		had := m.hasZero
+		m.hasZero = true
+		return &m.zero, had
+	}
+	if (m.n+1)*5 > len(m.slots)*4 {
+		m.resize(max(minMapSize, len(m.slots)*3/2+1))
+	}
+	s := m.slots
+	for i := m.home(k); ; {
+		if s[i].k == k {
+			return &s[i].v, true
+		}
+		if s[i].k == 0 {
+			s[i] = u64slot{k: k}
+			m.n++
+			return &s[i].v, false
+		}
+		if i++; i == len(s) {
+			i = 0
+		}
+	}
+}
+
+func (m *u64map) set(k, v uint64) {
+	p, _ := m.ref(k)
+	*p = v
+}
+
+// del removes k, shifting back the keys after it that probed past its slot.
+func (m *u64map) del(k uint64) {
+	if k == 0 {
+		m.hasZero, m.zero = false, 0
+		return
+	}
+	if len(m.slots) == 0 {
+		return
+	}
+	s := m.slots
+	n := len(s)
+	i := m.home(k)
+	for s[i].k != k {
+		if s[i].k == 0 {
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	m.n--
+	for j := i; ; {
+		if j++; j == n {
+			j = 0
+		}
+		if s[j].k == 0 {
+			break
+		}
+		// Move s[j] into the hole at i unless its home lies cyclically in (i, j].
+		h := m.home(s[j].k)
+		if (j-h+n)%n >= (j-i+n)%n {
+			s[i] = s[j]
+			i = j
+		}
+	}
+	s[i] = u64slot{}
+	if m.n == 0 {
+		m.slots = nil
+	} else if len(s) > 64 && m.n*4 < len(s) {
+		m.resize(m.n * 8 / 5)
+	}
+}
+
+func (m *u64map) resize(size int) {
+	old := m.slots
+	m.slots = make([]u64slot, size)
+	for _, sl := range old {
+		if sl.k == 0 {
+			continue
+		}
+		for i := m.home(sl.k); ; {
+			if m.slots[i].k == 0 {
+				m.slots[i] = sl
+				break
+			}
+			if i++; i == size {
+				i = 0
+			}
+		}
+	}
+}
+
+// all calls f for every key and value.
+func (m *u64map) all(f func(k, v uint64)) {
+	if m.hasZero {
+		f(0, m.zero)
+	}
+	for _, sl := range m.slots {
+		if sl.k != 0 {
+			f(sl.k, sl.v)
+		}
+	}
+}

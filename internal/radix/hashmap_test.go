@@ -1,0 +1,71 @@
+package radix
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestU64Map drives u64map and a Go map with the same random inserts,
+// updates and deletes (including key 0 and keys that collide on small
+// tables) and compares them after every step.
+func TestU64Map(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var m u64map
+	ref := map[uint64]uint64{}
+	keys := func() uint64 {
+		if r.IntN(20) == 0 {
+			return 0
+		}
+		return uint64(r.IntN(3000))
+	}
+	for step := range 200000 {
+		k := keys()
+		op := r.IntN(3)
+		if step > 150000 {
+			op = 2 // a phase of deletes only, to exercise shrinking
+		}
+		switch op {
+		case 0, 1:
+			v := r.Uint64()
+			p, had := m.ref(k)
+			if _, want := ref[k]; had != want {
+				t.Fatalf("step %d: ref(%d) present %v, want %v", step, k, had, want)
+			}
+			*p = v
+			ref[k] = v
+		case 2:
+			m.del(k)
+			delete(ref, k)
+		}
+		if m.len() != len(ref) {
+			t.Fatalf("step %d: len %d want %d", step, m.len(), len(ref))
+		}
+		if step%1000 == 0 {
+			for k, v := range ref {
+				if got, ok := m.get(k); !ok || got != v {
+					t.Fatalf("step %d: get(%d) = %d, %v want %d", step, k, got, ok, v)
+				}
+			}
+			n := 0
+			m.all(func(k, v uint64) {
+				n++
+				if ref[k] != v {
+					t.Fatalf("step %d: all: %d=%d want %d", step, k, v, ref[k])
+				}
+			})
+			if n != len(ref) {
+				t.Fatalf("step %d: all visited %d of %d", step, n, len(ref))
+			}
+			for range 20 {
+				k := uint64(3000 + r.IntN(1000))
+				if _, ok := m.get(k); ok {
+					t.Fatalf("step %d: absent key %d found", step, k)
+				}
+			}
+		}
+	}
+	if len(ref) > 100 || len(m.slots) > 1024 {
+		// The delete-heavy phase must have shrunk the table.
+		t.Fatalf("after the delete phase: %d keys, %d slots", len(ref), len(m.slots))
+	}
+}
