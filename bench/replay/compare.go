@@ -65,6 +65,26 @@ func Random(n int, seed uint64) ChooseFunc {
 	}
 }
 
+// DefaultPredictionTTL is the router's default life of a predicted block.
+const DefaultPredictionTTL = 2 * time.Minute
+
+// ScaleRouterArgs adds --prediction-ttl scaled down by the speed-up, unless
+// args already set it: the TTL stands for engine time (how long until an
+// engine's own events confirm or its cache has moved on), and the replay
+// runs engine time speedUp times faster than the router's wall clock.
+func ScaleRouterArgs(args []string, speedUp float64) []string {
+	for _, a := range args {
+		if strings.HasPrefix(strings.TrimLeft(a, "-"), "prediction-ttl") {
+			return args
+		}
+	}
+	if speedUp <= 1 {
+		return args
+	}
+	ttl := time.Duration(float64(DefaultPredictionTTL) / speedUp).Round(time.Millisecond)
+	return append(args, "--prediction-ttl="+ttl.String())
+}
+
 // CompareConfig configures a policy comparison.
 type CompareConfig struct {
 	Requests []trace.Request
@@ -199,6 +219,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, policy string) (*PolicyRe
 		if policy == PolicyKVNoPredict {
 			rc.Args = append(rc.Args, "--predict=false")
 		}
+		rc.Args = ScaleRouterArgs(rc.Args, cfg.SpeedUp)
 		if cfg.OutDir != "" {
 			lf, err := os.Create(filepath.Join(cfg.OutDir, "router-"+policy+".log"))
 			if err != nil {

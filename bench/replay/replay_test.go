@@ -239,3 +239,15 @@ func TestStartRouterMissingBinary(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestScaleRouterArgs(t *testing.T) {
+	if got := strings.Join(ScaleRouterArgs([]string{"--predict=false"}, 60), " "); got != "--predict=false --prediction-ttl=2s" {
+		t.Errorf("scaled: %q", got)
+	}
+	if got := strings.Join(ScaleRouterArgs([]string{"--prediction-ttl=9s"}, 60), " "); got != "--prediction-ttl=9s" {
+		t.Errorf("explicit ttl overridden: %q", got)
+	}
+	if got := ScaleRouterArgs(nil, 1); len(got) != 0 {
+		t.Errorf("speed-up 1: %q", got)
+	}
+}

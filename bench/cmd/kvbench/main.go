@@ -89,7 +89,7 @@ func runCompare(ctx context.Context, args []string) error {
 		limit     = fs.Int("limit", 0, "replay at most this many requests (0: all)")
 		engines   = fs.Int("engines", 16, "simulated engines")
 		capacity  = fs.Int("capacity", 4096, "cache capacity per engine, in 16-token blocks")
-		speedUp   = fs.Float64("speed-up", 60, "replay speed-up over trace time")
+		speedUp   = fs.Float64("speed-up", 30, "replay speed-up over trace time")
 		outDir    = fs.String("out", "bench/out", "output directory (JSON, SVG, router logs)")
 		routerBin = fs.String("router-bin", "bin/kvrouter", "router binary")
 		routerArg = fs.String("router-args", "", "extra router flags, space-separated (e.g. \"--prefill-weight=2\")")
