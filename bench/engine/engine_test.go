@@ -438,3 +438,5 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("replay stats served=%d malformed=%d", served, bad)
 	}
 }
+
+func fmtStruct(v any) string { return fmt.Sprint(v) }
