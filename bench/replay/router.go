@@ -101,6 +101,7 @@ func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
 		cfg.Log = io.Discard
 	}
 	cmd.Stdout, cmd.Stderr = cfg.Log, cfg.Log
+	detach(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start router %s: %w", cfg.Bin, err)
 	}

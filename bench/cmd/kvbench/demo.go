@@ -100,6 +100,9 @@ func runDemo(ctx context.Context, args []string) error {
 				return
 			case <-t.C:
 			}
+			if ctx.Err() != nil {
+				return
+			}
 			tot := fleet.Totals()
 			mu.Lock()
 			window := lat
