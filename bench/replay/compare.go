@@ -57,11 +57,12 @@ func RoundRobin(n int) ChooseFunc {
 	}
 }
 
-// Random picks an engine uniformly with a seeded generator.
+// Random picks an engine uniformly, as a seeded function of the request's
+// position, so a run is reproducible however choices interleave.
 func Random(n int, seed uint64) ChooseFunc {
-	rng := rand.New(rand.NewPCG(seed, 0x5EED))
-	return func(context.Context, int, []uint32, string) (Choice, error) {
-		return Choice{Engine: rng.IntN(n)}, nil
+	return func(_ context.Context, seq int, _ []uint32, _ string) (Choice, error) {
+		r := rand.New(rand.NewPCG(seed, uint64(seq)))
+		return Choice{Engine: r.IntN(n)}, nil
 	}
 }
 

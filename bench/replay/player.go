@@ -58,7 +58,8 @@ type Choice struct {
 }
 
 // ChooseFunc picks an engine for request seq (tokens, id). An error makes the
-// player fall back to round-robin for that request and count it.
+// player fall back to round-robin for that request and count it. Play calls
+// it from several goroutines at once.
 type ChooseFunc func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error)
 
 // PlayConfig configures one replay of requests against a fleet.
@@ -73,6 +74,9 @@ type PlayConfig struct {
 	Router kvrouterv1.RouterClient
 	// IDPrefix prefixes request ids.
 	IDPrefix string
+	// Concurrency bounds the choices (Route calls) in flight (default 32).
+	// Choose must be safe for concurrent use.
+	Concurrency int
 	// OnProgress, if set, is called about every ProgressEvery with the counts so far.
 	OnProgress    func(Progress)
 	ProgressEvery time.Duration
@@ -197,47 +201,82 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 		}
 	}()
 
+	// The dispatcher issues choices concurrently (up to Concurrency in flight,
+	// as a gateway would) and a forwarder hands them to the engines in arrival
+	// order, so each engine still serves its requests first come, first served.
+	type pending struct {
+		j   job
+		seq int
+		c   Choice
+		err error
+		ok  chan struct{}
+	}
+	conc := cfg.Concurrency
+	if conc <= 0 {
+		conc = 32
+	}
+	sem := make(chan struct{}, conc)
+	order := make(chan *pending, conc)
+	fwdDone := make(chan struct{})
+	go func() {
+		defer close(fwdDone)
+		for p := range order {
+			<-p.ok
+			c, cerr := p.c, p.err
+			if cerr != nil || c.Engine < 0 || c.Engine >= n {
+				if cerr == nil {
+					cerr = fmt.Errorf("engine index %d out of range", c.Engine)
+				}
+				if ctx.Err() != nil {
+					continue
+				}
+				res.ChooseErrors++
+				noteErr(fmt.Errorf("choose request %d: %w", p.seq, cerr))
+				c = Choice{Engine: p.seq % n}
+			}
+			p.j.routed = c.Routed
+			if c.Routed {
+				res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
+				res.RouterMatched += uint64(c.Matched)
+				res.RouterPromptBlocks += uint64(c.PromptBlocks)
+			}
+			inflight.Add(1)
+			select {
+			case queues[c.Engine] <- p.j:
+				dispatched.Add(1)
+			case <-ctx.Done():
+				inflight.Done()
+			}
+		}
+	}()
 	var err error
 	for i, r := range cfg.Requests {
 		arrival := cfg.Offset + r.Arrival
 		if err = sleepUntil(ctx, cfg.Clock.Wall(arrival)); err != nil {
 			break
 		}
-		lag := time.Since(cfg.Clock.Wall(arrival))
-		lagNs.Store(int64(lag))
-		res.MaxLag = max(res.MaxLag, lag)
-		j := job{id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), tokens: r.Tokens(nil), output: r.OutputLength, arrival: arrival}
-		c, cerr := cfg.Choose(ctx, i, j.tokens, j.id)
-		if cerr != nil || c.Engine < 0 || c.Engine >= n {
-			if cerr == nil {
-				cerr = fmt.Errorf("engine index %d out of range", c.Engine)
-			}
-			if ctx.Err() != nil {
-				err = ctx.Err()
-				break
-			}
-			res.ChooseErrors++
-			noteErr(fmt.Errorf("choose request %d: %w", i, cerr))
-			c = Choice{Engine: i % n}
-		}
-		j.routed = c.Routed
-		if c.Routed {
-			res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
-			res.RouterMatched += uint64(c.Matched)
-			res.RouterPromptBlocks += uint64(c.PromptBlocks)
-		}
-		inflight.Add(1)
+		p := &pending{seq: i, ok: make(chan struct{})}
 		select {
-		case queues[c.Engine] <- j:
+		case sem <- struct{}{}:
 		case <-ctx.Done():
-			inflight.Done()
 			err = ctx.Err()
 		}
 		if err != nil {
 			break
 		}
-		dispatched.Add(1)
+		lag := time.Since(cfg.Clock.Wall(arrival))
+		lagNs.Store(int64(lag))
+		res.MaxLag = max(res.MaxLag, lag)
+		p.j = job{id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), tokens: r.Tokens(nil), output: r.OutputLength, arrival: arrival}
+		order <- p // never blocks long: at most conc choices are unfinished
+		go func() {
+			p.c, p.err = cfg.Choose(ctx, p.seq, p.j.tokens, p.j.id)
+			<-sem
+			close(p.ok)
+		}()
 	}
+	close(order)
+	<-fwdDone
 	for _, q := range queues {
 		close(q)
 	}

@@ -251,3 +251,21 @@ func TestScaleRouterArgs(t *testing.T) {
 		t.Errorf("speed-up 1: %q", got)
 	}
 }
+
+func TestRandomDeterministic(t *testing.T) {
+	a, b := Random(4, 7), Random(4, 7)
+	counts := make([]int, 4)
+	for seq := 0; seq < 4000; seq++ {
+		ca, _ := a(context.Background(), seq, nil, "")
+		cb, _ := b(context.Background(), seq, nil, "")
+		if ca.Engine != cb.Engine {
+			t.Fatalf("seq %d: %d vs %d", seq, ca.Engine, cb.Engine)
+		}
+		counts[ca.Engine]++
+	}
+	for i, c := range counts {
+		if c < 850 || c > 1150 {
+			t.Fatalf("engine %d chosen %d of 4000 times: %v", i, c, counts)
+		}
+	}
+}
