@@ -85,9 +85,12 @@ type rank struct {
 	coveredTo uint64 //
 	liveSeen  bool   // a live batch arrived on this connection
 	liveLast  uint64 //
-	epoch     []byte // last sgl-kv-epoch seen in the topic
-	st        batchStats
-	logLimit  rateLimit
+	// fromZero: a replay found the engine's buffer empty, so the engine's
+	// next batch is seq 0 and a later first seq is a gap.
+	fromZero bool
+	epoch    []byte // last sgl-kv-epoch seen in the topic
+	st       batchStats
+	logLimit rateLimit
 }
 
 // start binds (bind mode) and starts the rank's goroutines.
@@ -326,6 +329,7 @@ func (r *rank) onConnect() {
 		return
 	}
 	r.covered, r.coveredTo = r.hasLast, r.last
+	r.fromZero = !r.hasLast
 }
 
 // live handles one batch from the live stream.
@@ -339,8 +343,11 @@ func (r *rank) live(seq uint64, payload []byte) {
 		r.restartAndCatchUp("seq went backwards", seq)
 	}
 	r.liveSeen, r.liveLast = true, seq
-	if r.hasLast && seq > r.last+1 {
-		r.fillGap(seq)
+	switch {
+	case r.hasLast && seq > r.last+1:
+		r.fillGap(r.last+1, seq)
+	case !r.hasLast && r.fromZero && seq > 0:
+		r.fillGap(0, seq)
 	}
 	if r.hasLast && seq <= r.last {
 		return // the replay applied it
@@ -364,6 +371,7 @@ func (r *rank) restartAndCatchUp(why string, got uint64) {
 		return
 	}
 	r.covered, r.coveredTo = r.hasLast, r.last
+	r.fromZero = !r.hasLast
 }
 
 // epochKey marks SGLang's per-incarnation topic suffix.
@@ -387,18 +395,18 @@ func (r *rank) checkEpoch(topic []byte, seq uint64) {
 	}
 }
 
-// fillGap replays the batches between r.last and seq.
-func (r *rank) fillGap(seq uint64) {
+// fillGap replays the batches from..seq-1 that the live socket missed.
+func (r *rank) fillGap(from, seq uint64) {
 	r.gaps.Add(1)
 	if r.met != nil {
 		r.met.gaps.Inc()
 	}
 	if r.replay == nil {
-		r.lost("gap and no replay endpoint", r.last+1, seq)
+		r.lost("gap and no replay endpoint", from, seq)
 		return
 	}
-	r.log.Info("kv events: gap, replaying", "from", r.last+1, "live", seq)
-	if _, _, err := r.replayFrom(r.last + 1); err != nil {
+	r.log.Info("kv events: gap, replaying", "from", from, "live", seq)
+	if _, _, err := r.replayFrom(from); err != nil {
 		r.replayFailed(err) // counted once; the hole is cleared below
 		if r.hasLast && seq > r.last+1 {
 			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding",
@@ -483,14 +491,14 @@ func (r *rank) restart(why string, last, got uint64) {
 // reset clears the rank in the index and the decoder, and forgets the seq.
 func (r *rank) reset() {
 	r.sink.reset()
-	r.hasLast, r.covered = false, false
+	r.hasLast, r.covered, r.fromZero = false, false, false
 }
 
 // apply decodes and applies one batch and records it as the last seq.
 func (r *rank) apply(seq uint64, payload []byte) {
 	r.st.reset()
 	err := r.sink.apply(payload, &r.st)
-	r.hasLast, r.last = true, seq
+	r.hasLast, r.last, r.fromZero = true, seq, false
 	r.lastSeq.Store(seq)
 	if err != nil {
 		r.decodeErrors.Add(1)
