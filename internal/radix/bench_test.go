@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,7 +31,7 @@ type benchState struct {
 	buildBase    time.Duration
 	buildErrs    int
 
-	prompts [][]uint64 // 512-block prompts of popular conversations
+	prompts [][]uint64 // 512-block prompts continuing popular conversations
 	scores  float64    // mean workers scored per prompt
 	depth   float64    // mean matched depth
 }
@@ -80,10 +81,10 @@ func buildBench(b *testing.B) *benchState {
 		st.residencies, stats.Nodes, st.bytesPerRes, st.buildIndex.Round(time.Millisecond), st.buildErrs,
 		st.baseBytesRes, st.buildBase.Round(time.Millisecond))
 
-	for c := uint64(0); len(st.prompts) < 64 && c < uint64(cfg.convs); c++ {
-		if p := st.wl.prompt(c, 11, nil); len(p) == cfg.maxLen {
-			st.prompts = append(st.prompts, p)
-		}
+	// The next turn of each of the 64 most popular conversations, cut to
+	// the longest prompt: workers hold its prefixes to many different depths.
+	for c := range uint64(64) {
+		st.prompts = append(st.prompts, st.wl.prompt(c, -1, nil))
 	}
 	var out []Score
 	var bo []baseScore
@@ -103,9 +104,48 @@ func buildBench(b *testing.B) *benchState {
 		st.depth /= st.scores
 	}
 	st.scores /= float64(len(st.prompts))
-	b.Logf("match prompts: %d of %d blocks, %.0f workers scored and %.1f blocks matched on average",
-		len(st.prompts), cfg.maxLen, st.scores, st.depth)
+	b.Logf("match prompts: %d of %d blocks, %.0f workers scored and %.1f blocks matched on average; %s",
+		len(st.prompts), cfg.maxLen, st.scores, st.depth, walkStats(st.ix, st.prompts))
 	return st
+}
+
+// walkStats describes the walks of prompts: how many holder-set changes
+// (where Match merges) they meet and how many nodes they visit.
+func walkStats(ix *Index, prompts [][]uint64) string {
+	var changes, nodes, sizes int
+	for _, p := range prompts {
+		sh := ix.shards[ix.shardOf(p[0])]
+		sh.mu.RLock()
+		k, id, cur := uint64(rootKey), uint32(rootID), uint32(emptySet)
+		for _, h := range p {
+			k = pathKey(k, h)
+			nid, ok := sh.lookup(id, k)
+			if !ok {
+				break
+			}
+			id = nid
+			nodes++
+			if s := sh.meta(id).set; s != cur {
+				changes++
+				sizes += len(sh.sets[s].e)
+				cur = s
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	n := float64(len(prompts))
+	return fmt.Sprintf("per prompt %.1f nodes walked, %.1f set changes, %.0f mean set size at a change",
+		float64(nodes)/n, float64(changes)/n, float64(sizes)/float64(max(changes, 1)))
+}
+
+// cpuTime is the process's user+system CPU time: on a shared machine it
+// measures work where wall time also measures waiting for a core.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // parallelApply runs f(i) for every worker i, GOMAXPROCS goroutines each
@@ -164,13 +204,14 @@ func BenchmarkEvents(b *testing.B) {
 				}
 				runtime.GC()
 				b.ResetTimer()
-				start := time.Now()
+				start, cpu0 := time.Now(), cpuTime()
 				runWriters(writers, timed)
-				el := time.Since(start)
+				el, cpu := time.Since(start), cpuTime()-cpu0
 				b.StopTimer()
 				runWriters(writers, other)
 				b.ReportMetric(float64(total)/el.Seconds(), "events/s")
 				b.ReportMetric(float64(total)/el.Seconds()/float64(writers), "events/s/writer")
+				b.ReportMetric(float64(total)/cpu.Seconds(), "events/cpu-s")
 			})
 		}
 	}
@@ -196,9 +237,11 @@ func BenchmarkMatch512(b *testing.B) {
 		out := make([]Score, 0, len(st.wl.workers))
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu0 := cpuTime()
 		for i := range b.N {
 			out = st.ix.Match(st.prompts[i%len(st.prompts)], out)
 		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/match")
 		b.ReportMetric(st.scores, "workers/match")
 	})
 	b.Run("index-parallel", func(b *testing.B) {
@@ -220,9 +263,11 @@ func BenchmarkMatch512(b *testing.B) {
 		var act []int32
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu0 := cpuTime()
 		for i := range b.N {
 			out, act = st.base.match(st.prompts[i%len(st.prompts)], out, act)
 		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/match")
 	})
 }
 

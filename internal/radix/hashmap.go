@@ -55,6 +55,14 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 	}
 }
 
+// first returns the key in k's home slot: a load to warm the cache with.
+func (m *u64map) first(k uint64) uint64 {
+	if len(m.slots) == 0 {
+		return 0
+	}
+	return m.slots[m.home(k)].k
+}
+
 // find returns a pointer to k's value, or nil. The pointer is valid until the
 // next insert or delete.
 func (m *u64map) find(k uint64) *uint64 {

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"slices"
+	"sync/atomic"
 )
 
 // Config configures an Index.
@@ -45,6 +47,9 @@ type Index struct {
 	shards []*shard
 	shift  uint // 64 - log2(len(shards))
 	reg    registry
+
+	scratch     []matchScratch
+	scratchHint atomic.Uint32
 }
 
 // New returns an empty index.
@@ -62,6 +67,7 @@ func New(cfg Config) *Index {
 	for i := range ix.shards {
 		ix.shards[i] = newShard()
 	}
+	ix.scratch = make([]matchScratch, max(8, 4*runtime.GOMAXPROCS(0)))
 	return ix
 }
 

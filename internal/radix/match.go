@@ -1,15 +1,48 @@
 package radix
 
+import "sync/atomic"
+
+// matchScratch holds a Match's active workers: their holder entries in the
+// current set (slot order) and their positions in out.
+type matchScratch struct {
+	busy atomic.Bool
+	ent  []uint64
+	idx  []uint32
+	sink uint64 // keeps prefetching loads alive
+	_    [64]byte
+}
+
+// getScratch claims a free scratch of ix (a fixed set, so that it works the
+// same under the race detector, which makes sync.Pool drop items), or returns
+// a fresh one when all are busy.
+func (ix *Index) getScratch() *matchScratch {
+	n := uint32(len(ix.scratch))
+	start := ix.scratchHint.Add(1)
+	for i := range n {
+		s := &ix.scratch[(start+i)%n]
+		if !s.busy.Load() && s.busy.CompareAndSwap(false, true) {
+			return s
+		}
+	}
+	return new(matchScratch)
+}
+
+// matchWindow is how many child-map probes a Match issues ahead.
+const matchWindow = 32
+
+func (ix *Index) putScratch(s *matchScratch) { s.busy.Store(false) }
+
 // Match scores every worker/rank holding the first of blockHashes: Matched is
 // the number of leading blocks it holds on any tier, ByTier splits them by the
 // best tier held, Cached is its index size. Scores are appended to out[:0] in
 // worker-slot order; nothing is allocated when out has the capacity.
 //
-// The walk takes one shard's read lock. Along the prompt it keeps the active
-// workers' holder set; where the next node points to the same interned set (the
-// common case along a shared prefix) nobody can leave and the step costs one
-// map probe. Only where the set changes are the active workers merged against
-// it, and then only those still active.
+// The walk takes one shard's read lock and one child-map probe per depth.
+// Where the next node points to the same interned holder set as the last (the
+// common case along a shared prefix) nobody can leave and that is all. Only
+// where the set changes are the active workers merged against it: runs of
+// identical entries are skipped with one comparison each, and only workers
+// that leave or change tier touch their score.
 func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	out = out[:0]
 	if len(blockHashes) == 0 {
@@ -24,88 +57,137 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		return out
 	}
 	cur := sh.meta(id).set
-	ents := sh.sets[cur].e
-	if len(ents) == 0 {
+	first := sh.sets[cur].e
+	n := len(first)
+	if n == 0 {
 		sh.mu.RUnlock()
 		return out
 	}
-	if cap(out) < len(ents) {
-		out = make([]Score, len(ents))
+	if cap(out) < n {
+		out = make([]Score, n)
 	} else {
-		out = out[:len(ents)]
+		out = out[:n]
 	}
-	// While walking, the active scores are out[:nact], in slot order; each
-	// keeps its worker slot in Cached and the best tier it holds in the current
-	// segment in Matched. Scores that left are final and sit after them.
-	for i, e := range ents {
-		out[i] = Score{Matched: uint32(bestTier(e)), Cached: uint64(entrySlot(e))}
+	scr := ix.getScratch()
+	ent := append(scr.ent[:0], first...)
+	idx := scr.idx[:0]
+	// While walking, a score's Cached holds its worker slot (high 32 bits)
+	// and the depth where its current best tier began (low 32 bits).
+	for i, e := range first {
+		out[i] = Score{Cached: uint64(entrySlot(e)) << 32}
+		idx = append(idx, uint32(i))
 	}
-	nact := len(out)
-	segStart, prev, d := 0, id, 1
-	for ; d < len(blockHashes); d++ {
-		k = pathKey(k, blockHashes[d])
-		nid, ok := sh.lookup(prev, k)
-		if !ok {
-			break
+	// The walk goes in windows: first the child-map probes of a whole window,
+	// which do not depend on each other, so their cache misses overlap; then
+	// the nodes themselves, checked against their parents.
+	var ids [matchWindow]uint32
+	var keys [matchWindow]uint64
+	d := 1
+walk:
+	for d < len(blockHashes) {
+		m, start, end := 0, d, min(d+matchWindow, len(blockHashes))
+		// Touch every probe's first slot before reading any: the loads are
+		// independent, so the CPU overlaps their cache misses.
+		kk := k
+		for e := d; e < end; e++ {
+			kk = pathKey(kk, blockHashes[e])
+			keys[e-d] = kk
+			scr.sink += sh.kids.first(kk)
 		}
-		prev = nid
-		s := sh.meta(nid).set
-		if s == cur {
-			continue
+		for e := d; e < end; e++ {
+			k = keys[e-d]
+			v, ok := sh.kids.get(k)
+			if !ok {
+				break
+			}
+			ids[m], keys[m] = uint32(v), k
+			m++
 		}
-		seg := uint32(d - segStart)
-		ne := sh.sets[s].e
-		sparse := nact*16 < len(ne)
-		j, p := 0, 0
-		for i := range nact {
-			sc := &out[i]
-			sc.ByTier[sc.Matched] += seg
-			slot := uint32(sc.Cached)
-			if sparse {
-				lo, hi := p, len(ne)
-				for lo < hi {
-					m := int(uint(lo+hi) >> 1)
-					if entrySlot(ne[m]) < slot {
-						lo = m + 1
-					} else {
-						hi = m
+		for x := range m {
+			scr.sink += uint64(sh.meta(ids[x]).set)
+		}
+		for x := range m {
+			nid := ids[x]
+			if sh.meta(nid).parent != id {
+				var ok bool // a path-key collision: the node is in the overflow map, if anywhere
+				if nid, ok = sh.lookup(id, keys[x]); !ok {
+					break walk
+				}
+			}
+			id = nid
+			s := sh.meta(nid).set
+			if s == cur {
+				d++
+				continue
+			}
+			cur = s
+			ne := sh.sets[s].e
+			sparse := n*16 < len(ne)
+			i, j, w := 0, 0, 0
+			for i < n {
+				if j < len(ne) && ent[i] == ne[j] {
+					if w != i {
+						ent[w], idx[w] = ent[i], idx[i]
+					}
+					i, j, w = i+1, j+1, w+1
+					continue
+				}
+				slot := entrySlot(ent[i])
+				if sparse {
+					lo, hi := j, len(ne)
+					for lo < hi {
+						mid := int(uint(lo+hi) >> 1)
+						if entrySlot(ne[mid]) < slot {
+							lo = mid + 1
+						} else {
+							hi = mid
+						}
+					}
+					j = lo
+				} else {
+					for j < len(ne) && entrySlot(ne[j]) < slot {
+						j++
 					}
 				}
-				p = lo
-			} else {
-				for p < len(ne) && entrySlot(ne[p]) < slot {
-					p++
+				sc := &out[idx[i]]
+				if j < len(ne) && entrySlot(ne[j]) == slot {
+					// Stays, with other counts: note a change of best tier.
+					if t, nt := bestTier(ent[i]), bestTier(ne[j]); t != nt {
+						sc.ByTier[t] += uint32(d) - uint32(sc.Cached)
+						sc.Cached = sc.Cached&^0xffffffff | uint64(d)
+					}
+					ent[w], idx[w] = ne[j], idx[i]
+					i, j, w = i+1, j+1, w+1
+					continue
 				}
-			}
-			if p < len(ne) && entrySlot(ne[p]) == slot {
-				// Stays: move to the front, keeping the active scores in slot
-				// order (the score it displaces has left).
-				sc.Matched = uint32(bestTier(ne[p]))
-				if i != j {
-					out[i], out[j] = out[j], out[i]
-				}
-				j++
-			} else {
+				// Leaves at depth d.
+				sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
 				sc.Matched = uint32(d)
+				i++
 			}
+			n = w
+			if n == 0 {
+				break walk
+			}
+			d++
 		}
-		nact = j
-		cur, segStart = s, d
-		if j == 0 {
-			break
+		if m < end-start {
+			break // a probe missed: no node that deep
 		}
 	}
-	for i := range nact {
-		sc := &out[i]
-		sc.ByTier[sc.Matched] += uint32(d - segStart)
+	for i := range n {
+		sc := &out[idx[i]]
+		sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
 		sc.Matched = uint32(d)
 	}
 	sh.mu.RUnlock()
+	scr.ent, scr.idx = ent[:0], idx[:0]
+	ix.putScratch(scr)
 	dir := ix.reg.slots()
 	for i := range out {
-		ws := bySlot(dir, uint32(out[i].Cached))
-		out[i].Worker = ws.w
-		out[i].Cached = ws.cached.Load()
+		e := slotOf(dir, uint32(out[i].Cached>>32))
+		out[i].Worker = e.w
+		out[i].Cached = e.cached.Load()
 	}
 	return out
 }

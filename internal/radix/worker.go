@@ -15,7 +15,7 @@ type workerState struct {
 	blocks u64map // engine hash -> binding
 	seen   map[uint64]struct{}
 
-	cached atomic.Uint64
+	cached *atomic.Uint64 // in the worker's slot entry
 
 	stores, removes, blocksStored, blocksRemoved atomic.Uint64
 	parentNotFound, invalid, blockNotFound       atomic.Uint64
@@ -68,7 +68,16 @@ type registry struct {
 
 const slotChunkBits = 10
 
-type slotChunk [1 << slotChunkBits]atomic.Pointer[workerState]
+// A slotEntry holds what Match reports of a worker, densely by slot: its
+// identity (set once, before the slot can appear in any holder set) and its
+// index size.
+type slotEntry struct {
+	ws     atomic.Pointer[workerState]
+	w      Worker
+	cached atomic.Uint64
+}
+
+type slotChunk [1 << slotChunkBits]slotEntry
 
 func (r *registry) get(w Worker) *workerState {
 	if v, ok := r.byW.Load(w); ok {
@@ -98,7 +107,10 @@ func (r *registry) getOrCreate(w Worker) *workerState {
 		dir = nd
 		r.dir.Store(&dir)
 	}
-	dir[ws.slot>>slotChunkBits][ws.slot&(1<<slotChunkBits-1)].Store(ws)
+	e := slotOf(dir, ws.slot)
+	e.w = w
+	ws.cached = &e.cached
+	e.ws.Store(ws)
 	r.n++
 	r.byW.Store(w, ws)
 	return ws
@@ -112,8 +124,8 @@ func (r *registry) slots() []*slotChunk {
 	return nil
 }
 
-func bySlot(dir []*slotChunk, slot uint32) *workerState {
-	return dir[slot>>slotChunkBits][slot&(1<<slotChunkBits-1)].Load()
+func slotOf(dir []*slotChunk, slot uint32) *slotEntry {
+	return &dir[slot>>slotChunkBits][slot&(1<<slotChunkBits-1)]
 }
 
 // all returns every worker state in slot order.
@@ -124,7 +136,7 @@ func (r *registry) all() []*workerState {
 	dir := r.slots()
 	out := make([]*workerState, 0, n)
 	for s := uint32(0); s < n; s++ {
-		out = append(out, bySlot(dir, s))
+		out = append(out, slotOf(dir, s).ws.Load())
 	}
 	return out
 }

@@ -56,6 +56,7 @@ type wlWorker struct {
 	conv *rand.Zipf
 	lru  lru
 	reqs int
+	ehs  []uint64
 }
 
 func newWorkload(cfg wlConfig) *workload {
@@ -95,6 +96,9 @@ func (wl *workload) prompt(c uint64, turn int, buf []uint64) []uint64 {
 	n := 4 + int(h>>40)%60 // first user message
 	for t := 0; t < turn; t++ {
 		n += 8 + int(fmix64(h+uint64(t))%40) // each turn adds a reply and a message
+	}
+	if turn < 0 { // as long as a prompt can be
+		n = wl.cfg.maxLen
 	}
 	n = min(n, wl.cfg.maxLen-len(sp))
 	for i := range n {
@@ -151,8 +155,15 @@ func (wl *workload) request(ww *wlWorker, log *wlLog, buf []uint64) []uint64 {
 			ww.lru.add(eh)
 		}
 		prev = eh
+		ww.ehs = append(ww.ehs, eh)
 	}
 	flush(runParent, runHasParent)
+	// Like vLLM, which frees a finished request's blocks tail first, leave the
+	// prompt's first block the most recently used and its last the least.
+	for i := len(ww.ehs) - 1; i >= 0; i-- {
+		ww.lru.touch(ww.ehs[i])
+	}
+	ww.ehs = ww.ehs[:0]
 	if over := ww.lru.size - wl.cfg.capacity; over > 0 {
 		hs := make([]uint64, 0, over)
 		for range over {
