@@ -82,7 +82,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		topic:  []byte(cfg.Topic),
 		logger: logger,
 		cancel: cancel,
-		buf:    make([]batchRec, cfg.ReplayBuffer),
 		done:   make(chan struct{}),
 	}
 	p.pub = zmq4.NewPub(ctx)
@@ -96,6 +95,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		close(p.done)
 		return p, nil
 	}
+	p.buf = make([]batchRec, cfg.ReplayBuffer)
 	p.replay = zmq4.NewRouter(ctx, zmq4.WithTimeout(5*time.Second))
 	if err := p.replay.Listen(cfg.ReplayEndpoint); err != nil {
 		cancel()
@@ -149,6 +149,9 @@ func (p *Publisher) Publish(payload []byte) (uint64, error) {
 		return seq, fmt.Errorf("publish seq %d: %w", seq, err)
 	}
 	p.seq++
+	if p.replay == nil {
+		return seq, nil // nothing to replay to: keep no history
+	}
 	end := (p.bufStart + p.bufLen) % len(p.buf)
 	p.buf[end] = batchRec{seq: seq, payload: payload}
 	if p.bufLen < len(p.buf) {

@@ -151,6 +151,7 @@ func runLoad(ctx context.Context, args []string) error {
 		model      = fs.String("model", "load-model", "model name")
 		fillWait   = fs.Duration("fill-timeout", 5*time.Minute, "how long to wait for the router to index the fill")
 		format     = fs.String("format", "vllm-map", "event wire format")
+		routerLog  = fs.String("router-log", "", "file for the started router's log (empty: discard)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -170,10 +171,20 @@ func runLoad(ctx context.Context, args []string) error {
 	addr := *routerAddr
 	var router *replay.Router
 	if addr == "" {
-		router, err = replay.StartRouter(ctx, replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg), Log: os.Stderr})
+		rc := replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)}
+		if *routerLog != "" {
+			lf, err := os.Create(*routerLog)
+			if err != nil {
+				return err
+			}
+			defer lf.Close()
+			rc.Log = lf
+		}
+		router, err = replay.StartRouter(ctx, rc)
 		if err != nil {
 			return err
 		}
+		// Stopped explicitly before the fleet closes (below), and here on early returns.
 		defer router.Stop()
 		addr = router.GRPCAddr
 		logf("router started on %s (http %s)", router.GRPCAddr, router.HTTPAddr)
@@ -192,7 +203,12 @@ func runLoad(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer fleet.close()
+		defer func() {
+			if router != nil {
+				router.Stop() // first, so the router does not log 1,000 disconnects
+			}
+			fleet.close()
+		}()
 		for w, ranks := range fleet.workers {
 			wk := &kvrouterv1.Worker{
 				WorkerId: fmt.Sprintf("load-%04d", w), Model: *model, Endpoint: fmt.Sprintf("sim://load-%04d", w),
