@@ -360,3 +360,18 @@ func deadlinePassed(d time.Time) bool {
 	time.Sleep(2 * time.Millisecond)
 	return time.Now().After(d)
 }
+
+// flush waits until the worker has applied seq, publishing empty batches
+// meanwhile: after a reconnect the publisher may drop batches until it has
+// processed the new subscription, and a lost batch at the tail of a stream
+// only shows as a gap when the next one arrives.
+func flush(t testing.TB, m *Manager, id string, seq uint64, publish func() uint64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("worker %q to apply seq %d", id, seq), func() bool {
+		if st := m.Status(id); len(st) > 0 && st[0].LastSeq >= seq {
+			return true
+		}
+		publish()
+		return false
+	})
+}

@@ -111,7 +111,7 @@ func TestNetworkDrop(t *testing.T) {
 	eventually(t, "the router to reconnect", func() bool { return status(t, m, id).Connected })
 	_, ev = e.store(nil, 1)
 	seq = p.publish([]map[string]any{ev}, false)
-	waitSeq(t, m, id, seq)
+	flush(t, m, id, seq, func() uint64 { return p.publish(nil, false) })
 	checkTruth(t, idx, w, e)
 	st := status(t, m, id)
 	if st.Reconnects <= before.Reconnects || st.EngineRestarts != before.EngineRestarts ||
