@@ -68,14 +68,22 @@ type RankStatus struct {
 	DPRank uint32
 	// Connected reports a live ZMTP connection to the engine's publisher.
 	Connected bool
-	// LastSeq is the last sequence number applied.
-	LastSeq        uint64
-	EventsApplied  uint64
-	Gaps           uint64
-	Replays        uint64
+	// LastSeq is the last sequence number applied (0 after an engine
+	// restart until the new incarnation's first batch).
+	LastSeq uint64
+	// EventsApplied counts normalized events applied to the index.
+	EventsApplied uint64
+	// Gaps counts sequence gaps seen on the live stream.
+	Gaps uint64
+	// Replays counts replay requests (catch-ups on connect and gap fills).
+	Replays uint64
+	// ReplayFailures counts gaps nothing could fill (the rank was cleared
+	// and rebuilt) and replay requests that failed.
 	ReplayFailures uint64
+	// EngineRestarts counts detected engine restarts (the rank was cleared).
 	EngineRestarts uint64
-	Reconnects     uint64
+	// Reconnects counts connections made after the first.
+	Reconnects uint64
 	// DecodeErrors counts malformed messages, undecodable batches and
 	// undecodable events.
 	DecodeErrors uint64
