@@ -15,7 +15,8 @@ build:
 	$(GO) build -o $(BIN) ./cmd/router
 
 run: build
-	$(BIN) --demo
+	$(GO) build -o bin/kvbench ./bench/cmd/kvbench
+	bin/kvbench demo --router-bin $(BIN) $(RUN_FLAGS)
 
 test:
 	$(GO) vet ./...
@@ -26,7 +27,8 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/...
 
 bench: build
-	$(GO) run ./bench/cmd/kvbench $(BENCH_FLAGS)
+	$(GO) build -o bin/kvbench ./bench/cmd/kvbench
+	bin/kvbench $(BENCH_FLAGS)
 
 # A short pass over every fuzz target (go test -fuzz takes one target per run).
 fuzz:

@@ -315,7 +315,10 @@ type scratch struct {
 	byTier  [][radix.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
+	prefill []float64
+	decode  []float64
 	cands   []int
+	top     []int
 }
 
 // hashPrompt validates p and returns its router block hashes in s.hashes.
@@ -468,9 +471,10 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 		return nil, err
 	}
 	promptBlocks := float64(len(s.hashes))
-	dec := &Decision{PromptBlocks: uint32(len(s.hashes)), Candidates: make([]Candidate, 0, len(ranks))}
 	s.cands = s.cands[:0]
 	s.costs = s.costs[:0]
+	s.prefill = s.prefill[:0]
+	s.decode = s.decode[:0]
 	r.load.mu.Lock()
 	for j, rk := range ranks {
 		if r.cfg.MaxActivePrefillTokens > 0 && rk.prefillTokens >= r.cfg.MaxActivePrefillTokens {
@@ -486,13 +490,10 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 		credit += float64(s.depth[j] - s.radixM[j]) // predicted blocks count as device blocks
 		prefill := promptBlocks - credit + float64(rk.prefillBlocks)
 		decode := float64(rk.decodeBlocks)
-		cost := r.cfg.PrefillWeight*prefill + decode
-		dec.Candidates = append(dec.Candidates, Candidate{
-			WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Matched: s.depth[j],
-			PrefillBlocks: prefill, DecodeBlocks: decode, Cost: cost,
-		})
 		s.cands = append(s.cands, j)
-		s.costs = append(s.costs, cost)
+		s.costs = append(s.costs, r.cfg.PrefillWeight*prefill+decode)
+		s.prefill = append(s.prefill, prefill)
+		s.decode = append(s.decode, decode)
 	}
 	r.load.mu.Unlock()
 	if len(s.cands) == 0 {
@@ -502,14 +503,31 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 	pick := r.choose(s.costs, temperature)
 	j := s.cands[pick]
 	chosen := ranks[j]
-	c := dec.Candidates[pick]
-	dec.WorkerID, dec.DPRank, dec.Endpoint = chosen.key.ID, chosen.key.DPRank, chosen.worker.Endpoint
-	dec.Matched, dec.Cost = c.Matched, c.Cost
 	matched := s.depth[j]
-	r.mu.RUnlock()
-	if maxCandidates > 0 && len(dec.Candidates) > maxCandidates {
-		dec.Candidates = cheapest(dec.Candidates, pick, maxCandidates)
+	dec := &Decision{
+		WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank, Endpoint: chosen.worker.Endpoint,
+		Matched: matched, PromptBlocks: uint32(len(s.hashes)), Cost: s.costs[pick],
 	}
+	candidate := func(i int) Candidate {
+		rk := ranks[s.cands[i]]
+		return Candidate{
+			WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Matched: s.depth[s.cands[i]],
+			PrefillBlocks: s.prefill[i], DecodeBlocks: s.decode[i], Cost: s.costs[i],
+		}
+	}
+	if maxCandidates <= 0 || maxCandidates >= len(s.cands) {
+		dec.Candidates = make([]Candidate, len(s.cands))
+		for i := range s.cands {
+			dec.Candidates[i] = candidate(i)
+		}
+	} else {
+		s.top = cheapest(s.costs, pick, maxCandidates, s.top[:0])
+		dec.Candidates = make([]Candidate, len(s.top))
+		for i, c := range s.top {
+			dec.Candidates[i] = candidate(c)
+		}
+	}
+	r.mu.RUnlock()
 
 	uncached := uint32(len(s.hashes)) - matched
 	if requestID != "" {
@@ -527,13 +545,28 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 	return dec, nil
 }
 
-// cheapest returns the n cheapest candidates, with the chosen one (index pick)
-// first and the rest by cost.
-func cheapest(cands []Candidate, pick, n int) []Candidate {
-	cands[0], cands[pick] = cands[pick], cands[0]
-	rest := cands[1:]
-	sort.Slice(rest, func(a, b int) bool { return rest[a].Cost < rest[b].Cost })
-	return cands[:n]
+// cheapest appends to out the indices of the n cheapest costs: pick first,
+// then the others by ascending cost. It keeps a sorted window of n, which is
+// cheap for the small n a gateway asks for.
+func cheapest(costs []float64, pick, n int, out []int) []int {
+	out = append(out, pick)
+	for i, c := range costs {
+		if i == pick {
+			continue
+		}
+		if len(out) == n && c >= costs[out[n-1]] {
+			continue
+		}
+		if len(out) < n {
+			out = append(out, i)
+		} else {
+			out[n-1] = i
+		}
+		for k := len(out) - 1; k > 1 && costs[out[k]] < costs[out[k-1]]; k-- {
+			out[k], out[k-1] = out[k-1], out[k]
+		}
+	}
+	return out
 }
 
 // choose picks an index into costs: the minimum (random among ties) at

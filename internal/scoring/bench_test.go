@@ -1,0 +1,108 @@
+package scoring
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/normalize"
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// benchWorkers is the fleet size for the Route benchmarks (KVROUTER_BENCH_WORKERS).
+func benchWorkers() int {
+	if n, err := strconv.Atoi(os.Getenv("KVROUTER_BENCH_WORKERS")); err == nil && n > 0 {
+		return n
+	}
+	return 1000
+}
+
+// routeFixture builds a fleet where every worker holds a shared 64-block system
+// prefix and a random share of 8 conversations that extend it to 512 blocks.
+func routeFixture(b *testing.B, predict bool) (*Router, [][]uint32) {
+	b.Helper()
+	n := benchWorkers()
+	idx := radix.New(radix.Config{})
+	r, err := New(Config{Index: idx, BlockSize: bs, DisablePrediction: !predict, Seed: 7})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	system := make([]uint32, 64*bs)
+	for i := range system {
+		system[i] = rng.Uint32N(100000)
+	}
+	prompts := make([][]uint32, 8)
+	for c := range prompts {
+		p := append([]uint32(nil), system...)
+		for len(p) < 512*bs {
+			p = append(p, rng.Uint32N(100000))
+		}
+		prompts[c] = p
+	}
+	seed := normalize.Seed("", "")
+	for w := range n {
+		id := fmt.Sprintf("w%04d", w)
+		if err := r.AddWorker(Worker{ID: id, Model: "m", Endpoint: id}); err != nil {
+			b.Fatal(err)
+		}
+		p := prompts[rng.IntN(len(prompts))]
+		depth := 64 + rng.IntN(512-64)
+		hashes := normalize.HashPrompt(seed, p[:depth*bs], bs, nil, nil)
+		blocks := make([]radix.Block, len(hashes))
+		for i, h := range hashes {
+			blocks[i] = radix.Block{EngineHash: uint64(i + 1), BlockHash: h}
+		}
+		if err := idx.Store(radix.Worker{ID: id}, 0, false, radix.TierDevice, blocks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r, prompts
+}
+
+// BenchmarkRoute measures one Route of a 512-block (8,192-token) prompt
+// against the fleet, hashing included, with every candidate or the 8 cheapest
+// in the decision.
+func BenchmarkRoute(b *testing.B) {
+	for _, predict := range []bool{false, true} {
+		r, prompts := routeFixture(b, predict)
+		for _, limit := range []int{0, 8} {
+			b.Run(fmt.Sprintf("workers=%d/predict=%v/max_candidates=%d", benchWorkers(), predict, limit), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, err := r.Route(&Prompt{Model: "m", Tokens: prompts[i%len(prompts)]}, "", 0, limit); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkScore measures Score of a 512-block prompt, hashing included.
+func BenchmarkScore(b *testing.B) {
+	r, prompts := routeFixture(b, false)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := r.Score(&Prompt{Model: "m", Tokens: prompts[i%len(prompts)]}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkHashPrompt is the hashing share of a Route: 8,192 tokens.
+func BenchmarkHashPrompt(b *testing.B) {
+	toks := make([]uint32, 512*bs)
+	out := make([]uint64, 0, 512)
+	seed := normalize.Seed("", "")
+	b.SetBytes(int64(4 * len(toks)))
+	for b.Loop() {
+		out = normalize.HashPrompt(seed, toks, bs, nil, out[:0])
+	}
+}
