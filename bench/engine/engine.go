@@ -181,7 +181,8 @@ func ChainHashes(seed uint64, blockSize int, tokens []uint32, dst []uint64) []ui
 // Serve looks the prompt up in the cache, stores its missing blocks (evicting
 // the least recently used as needed) and computes its simulated timing. The
 // returned Events describe the cache changes; pass them to Publish when the
-// engine would emit them (at Result.Start). Serve does not publish.
+// engine would emit them (at Result.Start). Serve does not publish. A stored
+// event's Tokens alias req.Tokens, which must not change until then.
 func (e *Engine) Serve(req Request) Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
