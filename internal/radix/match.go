@@ -1,6 +1,9 @@
 package radix
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // matchScratch holds a Match's active workers: their holder entries in the
 // current set (slot order) and their positions in out.
@@ -25,6 +28,17 @@ func (ix *Index) getScratch() *matchScratch {
 		}
 	}
 	return new(matchScratch)
+}
+
+// eqChunk is how many holder entries Match compares at once.
+const eqChunk = 16
+
+// equalChunk reports whether the first eqChunk entries of a and b are equal,
+// with the runtime's vectorized memory compare.
+func equalChunk(a, b []uint64) bool {
+	const n = eqChunk * 8
+	return string(unsafe.Slice((*byte)(unsafe.Pointer(&a[0])), n)) ==
+		string(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), n))
 }
 
 // matchWindow is how many child-map probes a Match issues ahead.
@@ -125,45 +139,56 @@ walk:
 			sparse := n*16 < len(ne)
 			i, j, w := 0, 0, 0
 			for i < n {
-				if j < len(ne) && ent[i] == ne[j] {
+				// Skip blocks of identical entries with one vectorized compare.
+				for i+eqChunk <= n && j+eqChunk <= len(ne) && equalChunk(ent[i:], ne[j:]) {
 					if w != i {
-						ent[w], idx[w] = ent[i], idx[i]
+						copy(ent[w:w+eqChunk], ent[i:i+eqChunk])
+						copy(idx[w:w+eqChunk], idx[i:i+eqChunk])
 					}
-					i, j, w = i+1, j+1, w+1
-					continue
+					i, j, w = i+eqChunk, j+eqChunk, w+eqChunk
 				}
-				slot := entrySlot(ent[i])
-				if sparse {
-					lo, hi := j, len(ne)
-					for lo < hi {
-						mid := int(uint(lo+hi) >> 1)
-						if entrySlot(ne[mid]) < slot {
-							lo = mid + 1
-						} else {
-							hi = mid
+				// Then at least a chunk's worth one entry at a time.
+				for stop := min(n, i+eqChunk); i < stop; {
+					if j < len(ne) && ent[i] == ne[j] {
+						if w != i {
+							ent[w], idx[w] = ent[i], idx[i]
+						}
+						i, j, w = i+1, j+1, w+1
+						continue
+					}
+					slot := entrySlot(ent[i])
+					if sparse {
+						lo, hi := j, len(ne)
+						for lo < hi {
+							mid := int(uint(lo+hi) >> 1)
+							if entrySlot(ne[mid]) < slot {
+								lo = mid + 1
+							} else {
+								hi = mid
+							}
+						}
+						j = lo
+					} else {
+						for j < len(ne) && entrySlot(ne[j]) < slot {
+							j++
 						}
 					}
-					j = lo
-				} else {
-					for j < len(ne) && entrySlot(ne[j]) < slot {
-						j++
+					sc := &out[idx[i]]
+					if j < len(ne) && entrySlot(ne[j]) == slot {
+						// Stays, with other counts: note a change of best tier.
+						if t, nt := bestTier(ent[i]), bestTier(ne[j]); t != nt {
+							sc.ByTier[t] += uint32(d) - uint32(sc.Cached)
+							sc.Cached = sc.Cached&^0xffffffff | uint64(d)
+						}
+						ent[w], idx[w] = ne[j], idx[i]
+						i, j, w = i+1, j+1, w+1
+						continue
 					}
+					// Leaves at depth d.
+					sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
+					sc.Matched = uint32(d)
+					i++
 				}
-				sc := &out[idx[i]]
-				if j < len(ne) && entrySlot(ne[j]) == slot {
-					// Stays, with other counts: note a change of best tier.
-					if t, nt := bestTier(ent[i]), bestTier(ne[j]); t != nt {
-						sc.ByTier[t] += uint32(d) - uint32(sc.Cached)
-						sc.Cached = sc.Cached&^0xffffffff | uint64(d)
-					}
-					ent[w], idx[w] = ne[j], idx[i]
-					i, j, w = i+1, j+1, w+1
-					continue
-				}
-				// Leaves at depth d.
-				sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
-				sc.Matched = uint32(d)
-				i++
 			}
 			n = w
 			if n == 0 {

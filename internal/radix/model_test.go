@@ -666,3 +666,58 @@ func TestRandomConcurrent(t *testing.T) {
 		t.Fatalf("after removing every worker: %+v", st)
 	}
 }
+
+// TestRandomWideFleet checks Match against the model where holder sets are
+// large (many workers on one long shared path, each with random holes, tier
+// changes and re-stores), so that the chunked comparisons of the merge run.
+func TestRandomWideFleet(t *testing.T) {
+	const workers, depth = 120, 100
+	ix := New(Config{Shards: 2})
+	m := newRefModel()
+	r := rand.New(rand.NewPCG(9, 9))
+	path := make([]uint64, depth)
+	for i := range path {
+		path[i] = uint64(1000 + i)
+	}
+	var all []Worker
+	eh := func(w, i int) uint64 { return uint64(w)<<32 | uint64(i+1) }
+	for wi := range workers {
+		w := Worker{ID: fmt.Sprintf("w%03d", wi)}
+		all = append(all, w)
+		n := depth - r.IntN(depth/2)*r.IntN(2)
+		var blocks []Block
+		for i := range n {
+			blocks = append(blocks, Block{EngineHash: eh(wi, i), BlockHash: path[i]})
+		}
+		if err := applyBoth(ix, m, randOp{kind: "store", w: w, blocks: blocks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompts := [][]uint64{path, path[:depth/2], append(slices.Clone(path[:depth-1]), 5)}
+	for round := range 30 {
+		for range 40 {
+			wi := r.IntN(workers)
+			w := all[wi]
+			i := r.IntN(depth)
+			var op randOp
+			switch r.IntN(4) {
+			case 0:
+				op = randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{eh(wi, i)}}
+			case 1:
+				op = randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{eh(wi, i), eh(wi, i+1)}}
+			case 2:
+				if i == 0 {
+					continue
+				}
+				op = randOp{kind: "store", w: w, hasParent: true, parent: eh(wi, i-1),
+					blocks: []Block{{EngineHash: eh(wi, i), BlockHash: path[i]}}}
+			case 3:
+				op = randOp{kind: "remove", w: w, tier: TierHost, hashes: []uint64{eh(wi, i)}}
+			}
+			if err := applyBoth(ix, m, op); err != nil && !errors.Is(err, errModel) {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		compareAll(t, ix, m, prompts, all)
+	}
+}
