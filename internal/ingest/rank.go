@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -81,6 +82,7 @@ type rank struct {
 	// Applier state, owned by the applier goroutine.
 	hasLast   bool
 	last      uint64
+	lastSum   uint64 // XXH64 of the payload applied at last
 	covered   bool   // a replay on this connection applied up to coveredTo
 	coveredTo uint64 //
 	liveSeen  bool   // a live batch arrived on this connection
@@ -319,16 +321,22 @@ func (r *rank) onConnect() {
 		return
 	}
 	hadLast, last := r.hasLast, r.last
-	maxSeen, seen, err := r.replayFrom(0)
-	if err == nil && hadLast && (!seen || maxSeen < last) {
+	maxSeen, seen, other, err := r.replayFrom(0)
+	switch {
+	case other:
+		// The buffer's batch at the last applied seq is not the one applied:
+		// a new incarnation has already published past it.
+		r.restart("replay buffer holds another batch at the last applied seq", last, maxSeen)
+		maxSeen, seen, _, err = r.replayFrom(0)
+	case err == nil && hadLast && (!seen || maxSeen < last):
 		r.restart("replay buffer ends before the last applied seq", last, maxSeen)
-		_, _, err = r.replayFrom(0)
+		maxSeen, seen, _, err = r.replayFrom(0)
 	}
+	r.markCovered(maxSeen, seen, err)
 	if err != nil {
 		r.replayFailed(err)
 		return
 	}
-	r.covered, r.coveredTo = r.hasLast, r.last
 	r.fromZero = !r.hasLast
 }
 
@@ -366,11 +374,12 @@ func (r *rank) restartAndCatchUp(why string, got uint64) {
 	if r.replay == nil {
 		return
 	}
-	if _, _, err := r.replayFrom(0); err != nil {
+	maxSeen, seen, _, err := r.replayFrom(0)
+	r.markCovered(maxSeen, seen, err)
+	if err != nil {
 		r.replayFailed(err)
 		return
 	}
-	r.covered, r.coveredTo = r.hasLast, r.last
 	r.fromZero = !r.hasLast
 }
 
@@ -406,22 +415,37 @@ func (r *rank) fillGap(from, seq uint64) {
 		return
 	}
 	r.log.Info("kv events: gap, replaying", "from", from, "live", seq)
-	if _, _, err := r.replayFrom(from); err != nil {
+	maxSeen, seen, _, err := r.replayFrom(from)
+	if err != nil {
 		r.replayFailed(err) // counted once; the hole is cleared below
 		if r.hasLast && seq > r.last+1 {
 			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding",
 				"missing_from", r.last+1, "resumes_at", seq)
 			r.reset()
 		}
-		return
 	}
-	r.covered, r.coveredTo = r.hasLast, r.last
+	r.markCovered(maxSeen, seen, err)
+}
+
+// markCovered records, after a replay on this connection, up to which seq
+// live batches are copies of what the rank already applied. A replay that
+// failed covers only what it delivered: without this, the live copies of
+// batches it applied before failing would be taken for an engine restart.
+func (r *rank) markCovered(maxSeen uint64, seen bool, err error) {
+	switch {
+	case err == nil:
+		r.covered, r.coveredTo = r.hasLast, r.last
+	case seen && r.hasLast:
+		r.covered, r.coveredTo = true, min(r.last, maxSeen)
+	}
 }
 
 // replayFrom applies what the engine's buffer holds from start on. A buffer
 // that starts above what the rank needs means history was lost: the rank is
 // cleared and rebuilt from what the buffer has (counted as a replay failure).
-func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen bool, err error) {
+// other reports that the buffer's batch at the last applied seq differs from
+// the one applied (another engine incarnation); nothing after it is applied.
+func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen, other bool, err error) {
 	r.replays.Add(1)
 	if r.met != nil {
 		r.met.replays.Inc()
@@ -432,6 +456,13 @@ func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen bool, err error) {
 			maxSeen = seq
 		}
 		seen = true
+		if other {
+			return
+		}
+		if r.hasLast && seq == r.last && xxhash.Sum64(payload) != r.lastSum {
+			other = true
+			return
+		}
 		if first {
 			first = false
 			if !r.hasLast && seq > start {
@@ -448,7 +479,7 @@ func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen bool, err error) {
 		}
 		r.apply(seq, payload)
 	})
-	return maxSeen, seen, err
+	return maxSeen, seen, other, err
 }
 
 // lost clears the rank after batches [want, got) could not be recovered; the
@@ -499,6 +530,7 @@ func (r *rank) apply(seq uint64, payload []byte) {
 	r.st.reset()
 	err := r.sink.apply(payload, &r.st)
 	r.hasLast, r.last, r.fromZero = true, seq, false
+	r.lastSum = xxhash.Sum64(payload)
 	r.lastSeq.Store(seq)
 	if err != nil {
 		r.decodeErrors.Add(1)

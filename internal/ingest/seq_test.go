@@ -23,7 +23,10 @@ import (
 //	case <name>            start a new case with a fresh rank
 //	buffer <a>-<b> | none  the engine's replay buffer holds seqs a..b ("none":
 //	                       empty; without any buffer line: no replay endpoint)
-//	replayfail             the next replay request fails
+//	replayfail [n]         the next replay request fails (after delivering n
+//	                       batches; default 0)
+//	gen <n>                the engine incarnation: batches of another
+//	                       incarnation have other payloads at the same seqs
 //	connect                a new connection is up
 //	live <seq>...          batches arrive on the live socket
 //	trace <tok>...         what the sink saw so far: applied seqs and "clear"
@@ -39,6 +42,7 @@ func TestSeqScript(t *testing.T) {
 		rec  *recordSink
 		rp   *scriptReplayer
 		name string
+		gen  byte
 	)
 	sc := bufio.NewScanner(f)
 	line := 0
@@ -58,12 +62,14 @@ func TestSeqScript(t *testing.T) {
 			name = strings.Join(fields[1:], " ")
 			rec = &recordSink{}
 			rp = nil
+			gen = 0
 			r = &rank{worker: "w", sink: rec, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ctx: context.Background()}
 		case "buffer":
 			if rp == nil {
 				rp = &scriptReplayer{}
 				r.replay = rp
 			}
+			rp.gen = gen
 			rp.lo, rp.hi = 1, 0
 			if fields[1] != "none" {
 				a, b, _ := strings.Cut(fields[1], "-")
@@ -71,12 +77,21 @@ func TestSeqScript(t *testing.T) {
 			}
 		case "replayfail":
 			rp.fail = true
+			rp.failAfter = 0
+			if len(fields) > 1 {
+				rp.failAfter = mustUint(t, where, fields[1])
+			}
+		case "gen":
+			gen = byte(mustUint(t, where, fields[1]))
+			if rp != nil {
+				rp.gen = gen
+			}
 		case "connect":
 			r.onConnect()
 		case "live":
 			for _, s := range fields[1:] {
 				seq := mustUint(t, where, s)
-				r.live(seq, seqPayload(seq))
+				r.live(seq, genPayload(seq, gen))
 			}
 		case "trace":
 			if got, want := strings.Join(rec.trace, " "), strings.Join(fields[1:], " "); got != want {
@@ -116,6 +131,15 @@ func mustUint(t *testing.T, where, s string) uint64 {
 
 func seqPayload(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
+// genPayload is seq's payload in engine incarnation gen (gen 0: seqPayload).
+func genPayload(seq uint64, gen byte) []byte {
+	p := seqPayload(seq)
+	if gen != 0 {
+		p = append(p, gen)
+	}
+	return p
+}
+
 // recordSink records applied seqs (from seqPayload) and clears.
 type recordSink struct{ trace []string }
 
@@ -127,19 +151,26 @@ func (s *recordSink) apply(p []byte, st *batchStats) error {
 func (s *recordSink) reset()         { s.trace = append(s.trace, "clear") }
 func (s *recordSink) cached() uint64 { return 0 }
 
-// scriptReplayer serves seqs lo..hi.
+// scriptReplayer serves seqs lo..hi of incarnation gen.
 type scriptReplayer struct {
-	lo, hi uint64
-	fail   bool
+	lo, hi    uint64
+	gen       byte
+	fail      bool
+	failAfter uint64 // batches delivered before the scripted failure
 }
 
 func (s *scriptReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte)) error {
-	if s.fail {
-		s.fail = false
-		return errors.New("scripted replay failure")
-	}
+	fail, n := s.fail, uint64(0)
+	s.fail = false
 	for seq := max(start, s.lo); seq <= s.hi && s.lo <= s.hi; seq++ {
-		fn(seq, seqPayload(seq))
+		if fail && n == s.failAfter {
+			break
+		}
+		fn(seq, genPayload(seq, s.gen))
+		n++
+	}
+	if fail {
+		return errors.New("scripted replay failure")
 	}
 	return nil
 }
