@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/kvrouter/kvrouter/internal/normalize"
@@ -34,6 +35,11 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		return err
 	}
 	b := &s.b
+	if b.DPRank >= MaxDPSize {
+		// No engine has this rank: applying it would create a phantom
+		// worker rank in the index (one per garbage value).
+		return fmt.Errorf("batch dp rank %d out of range [0, %d)", b.DPRank, MaxDPSize)
+	}
 	st.ts = b.TS
 	for i, n := range b.Skipped {
 		st.filtered[i] += n

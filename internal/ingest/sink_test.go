@@ -1,0 +1,76 @@
+package ingest
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/shamaton/msgpack/v2"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// TestSinkDPRank checks how the index sink uses the rank a batch names: a
+// rank that differs from the endpoint's is trusted and counted, a rank no
+// engine can have is an error that leaves the index alone (it would otherwise
+// create phantom worker ranks, one per garbage value), and a reset clears
+// every rank the sink wrote to.
+func TestSinkDPRank(t *testing.T) {
+	store := func(hash uint64) []any {
+		toks := make([]any, testBlockSize)
+		for i := range toks {
+			toks[i] = int(hash)*100 + i
+		}
+		return []any{"BlockStored", []any{hash}, nil, toks, testBlockSize}
+	}
+	batch := func(dp any, hash uint64) []byte {
+		b, err := msgpack.Marshal([]any{1.0, []any{store(hash)}, dp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	w := radix.Worker{ID: "w", DPRank: 1}
+	for _, tc := range []struct {
+		name     string
+		dp       any
+		wantErr  bool
+		wantRank uint32 // where the block lands when !wantErr
+		mismatch bool
+	}{
+		{name: "absent", dp: nil, wantRank: 1},
+		{name: "same", dp: 1, wantRank: 1},
+		{name: "other rank trusted", dp: 3, wantRank: 3, mismatch: true},
+		{name: "largest rank", dp: MaxDPSize - 1, wantRank: MaxDPSize - 1, mismatch: true},
+		{name: "rank out of range", dp: MaxDPSize, wantErr: true},
+		{name: "garbage rank", dp: 1<<31 - 1, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := radix.New(radix.Config{CheckInvariants: true})
+			s := newIndexSink(idx, w, testBlockSize, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			var st batchStats
+			st.reset()
+			err := s.apply(batch(tc.dp, 7), &st)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("apply: err = %v, want error %v", err, tc.wantErr)
+			}
+			if st.dpMismatch != tc.mismatch {
+				t.Errorf("dp mismatch = %v, want %v", st.dpMismatch, tc.mismatch)
+			}
+			got := idx.Workers()
+			if tc.wantErr {
+				if len(got) != 0 {
+					t.Fatalf("index holds %v after a rejected batch", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0] != (radix.Worker{ID: "w", DPRank: tc.wantRank}) {
+				t.Fatalf("index holds %v, want worker w rank %d", got, tc.wantRank)
+			}
+			s.reset()
+			if got := idx.Workers(); len(got) != 0 {
+				t.Fatalf("index holds %v after reset", got)
+			}
+		})
+	}
+}
