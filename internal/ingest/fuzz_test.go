@@ -80,13 +80,15 @@ func (e *engineReplayer) publish() uint64 {
 	return e.published - 1
 }
 
-func (e *engineReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte)) error {
+func (e *engineReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte) error) error {
 	lo := uint64(0)
 	if e.published > e.keep {
 		lo = e.published - e.keep
 	}
 	for seq := max(start, lo); seq < e.published; seq++ {
-		fn(seq, seqPayload(seq))
+		if err := fn(seq, seqPayload(seq)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

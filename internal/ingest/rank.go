@@ -30,10 +30,15 @@ type sink interface {
 }
 
 // replayer asks the engine for its buffered batches from start on, calling
-// fn for each, up to the end marker.
+// fn for each, up to the end marker. An error from fn ends the replay and is
+// returned (wrapped).
 type replayer interface {
-	replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte)) error
+	replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error
 }
+
+// errReplayOrder marks a replay whose seqs do not strictly increase: a peer
+// repeating or reordering batches (possibly forever) is cut off.
+var errReplayOrder = errors.New("replay seqs out of order")
 
 // item is one entry of a rank's queue: a batch, or the news that a new
 // connection is up.
@@ -451,17 +456,17 @@ func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen, other bool, err e
 		r.met.replays.Inc()
 	}
 	first := true
-	err = r.replay.replay(r.ctx, start, func(seq uint64, payload []byte) {
-		if !seen || seq > maxSeen {
-			maxSeen = seq
+	err = r.replay.replay(r.ctx, start, func(seq uint64, payload []byte) error {
+		if seen && seq <= maxSeen {
+			return fmt.Errorf("%w: %d after %d", errReplayOrder, seq, maxSeen)
 		}
-		seen = true
+		maxSeen, seen = seq, true
 		if other {
-			return
+			return nil
 		}
 		if r.hasLast && seq == r.last && xxhash.Sum64(payload) != r.lastSum {
 			other = true
-			return
+			return nil
 		}
 		if first {
 			first = false
@@ -471,13 +476,14 @@ func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen, other bool, err e
 		}
 		if r.hasLast {
 			if seq <= r.last {
-				return
+				return nil
 			}
 			if seq > r.last+1 {
 				r.lost("replay buffer starts above the requested seq", r.last+1, seq)
 			}
 		}
 		r.apply(seq, payload)
+		return nil
 	})
 	return maxSeen, seen, other, err
 }

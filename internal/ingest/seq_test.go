@@ -159,14 +159,16 @@ type scriptReplayer struct {
 	failAfter uint64 // batches delivered before the scripted failure
 }
 
-func (s *scriptReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte)) error {
+func (s *scriptReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte) error) error {
 	fail, n := s.fail, uint64(0)
 	s.fail = false
 	for seq := max(start, s.lo); seq <= s.hi && s.lo <= s.hi; seq++ {
 		if fail && n == s.failAfter {
 			break
 		}
-		fn(seq, genPayload(seq, s.gen))
+		if err := fn(seq, genPayload(seq, s.gen)); err != nil {
+			return err
+		}
 		n++
 	}
 	if fail {

@@ -119,7 +119,7 @@ type replayClient struct {
 // ["", seq, payload] and ["", topic, seq, payload]. It returns when the end
 // marker arrives, fn fails, a reply is malformed, a reply does not arrive in
 // time, or ctx ends.
-func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte)) error {
+func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error {
 	nc, err := rc.dialer.DialContext(ctx, rc.ep.network(), rc.ep.Address)
 	if err != nil {
 		return fmt.Errorf("replay dial %s: %w", rc.ep, err)
@@ -167,6 +167,8 @@ func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq ui
 		if seq == endSeq {
 			return nil
 		}
-		fn(seq, payload)
+		if err := fn(seq, payload); err != nil {
+			return fmt.Errorf("replay %s: %w", rc.ep, err)
+		}
 	}
 }
