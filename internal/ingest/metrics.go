@@ -32,7 +32,7 @@ var eventKinds = [...]struct {
 }
 
 // malformedReasons are the frame-level reasons a message is skipped.
-var malformedReasons = [...]string{"frames", "seq", "topic"}
+var malformedReasons = [...]string{"frames", "seq", "topic", "size"}
 
 // batchStats accumulates what one batch did.
 type batchStats struct {

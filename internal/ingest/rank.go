@@ -248,6 +248,9 @@ func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
 	for {
 		msg, err := c.RecvMsg()
 		if err != nil {
+			if errors.Is(err, errMessageTooLarge) {
+				r.malformedMsg("size", "%v; dropping the connection", err)
+			}
 			return
 		}
 		if msg.Type == zmq4.CmdMsg {

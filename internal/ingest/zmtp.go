@@ -74,12 +74,59 @@ func newDialer(timeout, keepAlive time.Duration) *net.Dialer {
 
 // bufConn reads through a buffer: zmq4's Conn reads each frame header and
 // body with its own Read call, which on a bare net.Conn is a syscall each.
+//
+// It also follows the ZMTP framing and refuses (with errMessageTooLarge) a
+// frame header that would make a message exceed maxMessageBytes, before zmq4
+// sees it: zmq4 allocates whatever a frame header claims (a peer announcing
+// a 2^50-byte frame panics the reader, a large one exhausts memory) and
+// gathers any number of MORE frames into one message.
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader
+	// left is how many bytes pass before the next frame header (initially
+	// the 64-byte greeting); msg is the size of the message's frames so far.
+	left, msg int64
 }
 
-func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// zmtpGreetingLen is the length of the ZMTP 3 greeting.
+const zmtpGreetingLen = 64
+
+// errMessageTooLarge: a peer announced a message larger than maxMessageBytes.
+var errMessageTooLarge = errors.New("zmtp message too large")
+
+func (c *bufConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if c.left == 0 {
+		// At a frame header: flags, then a 1-byte or (long) 8-byte size.
+		hdr, err := c.r.Peek(2)
+		if err != nil {
+			return 0, err
+		}
+		flags, hl, size := hdr[0], int64(2), uint64(hdr[1])
+		if flags&0x2 != 0 {
+			if hdr, err = c.r.Peek(9); err != nil {
+				return 0, err
+			}
+			hl, size = 9, binary.BigEndian.Uint64(hdr[1:9])
+		}
+		if size > uint64(maxMessageBytes-c.msg) {
+			return 0, fmt.Errorf("%w: frame of %d bytes after %d (limit %d)", errMessageTooLarge, size, c.msg, maxMessageBytes)
+		}
+		c.msg += int64(size)
+		if flags&0x1 == 0 || flags&0x4 != 0 { // last frame, or a command
+			c.msg = 0
+		}
+		c.left = hl + int64(size)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
 
 // readBuffer is the size of a connection's read buffer.
 const readBuffer = 64 << 10
@@ -88,7 +135,8 @@ const readBuffer = 64 << 10
 // Conn reads through a buffer.
 func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	c, err := zmq4.Open(&bufConn{Conn: nc, r: bufio.NewReaderSize(nc, readBuffer)}, nullSecurity{}, typ, nil, server, nil)
+	bc := &bufConn{Conn: nc, r: bufio.NewReaderSize(nc, readBuffer), left: zmtpGreetingLen}
+	c, err := zmq4.Open(bc, nullSecurity{}, typ, nil, server, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -172,3 +220,6 @@ func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq ui
 		}
 	}
 }
+
+// maxMessageBytes bounds one received ZMTP message (all its frames).
+var maxMessageBytes int64 = 64 << 20
