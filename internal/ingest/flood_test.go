@@ -13,8 +13,8 @@ import (
 
 // rawPub is a publisher that speaks ZMTP by hand, so it can send frames no
 // library would: it accepts the router's connections one at a time and hands
-// each (after the handshake and the subscription) to the next func of script.
-func rawPub(t *testing.T, script ...func(nc net.Conn, c *zmq4.Conn)) int {
+// each to the next func of script (pubHandshake does a PUB's handshake).
+func rawPub(t *testing.T, script ...func(nc net.Conn)) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,16 +39,7 @@ func rawPub(t *testing.T, script ...func(nc net.Conn, c *zmq4.Conn)) int {
 				return
 			}
 			held = append(held, nc)
-			c, err := openZMTP(nc, zmq4.Pub, true)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := c.RecvMsg(); err != nil { // the subscription
-				t.Error(err)
-				return
-			}
-			step(nc, c)
+			step(nc)
 		}
 		// Keep the last connection open; wait for the test to end.
 		for {
@@ -60,6 +51,80 @@ func rawPub(t *testing.T, script ...func(nc net.Conn, c *zmq4.Conn)) int {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// pubHandshake performs a PUB's handshake on nc and reads the subscription.
+func pubHandshake(t *testing.T, nc net.Conn) *zmq4.Conn {
+	c, err := openZMTP(nc, zmq4.Pub, true)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	if _, err := c.RecvMsg(); err != nil { // the subscription
+		t.Error(err)
+		return nil
+	}
+	return c
+}
+
+// publishStores sends three batches of 4 stored blocks each, seqs 0..2.
+func publishStores(t *testing.T, e *engine, nc net.Conn) {
+	c := pubHandshake(t, nc)
+	if c == nil {
+		return
+	}
+	for seq := uint64(0); seq < 3; seq++ {
+		_, ev := e.store(nil, 4)
+		p := encodeBatch(t, []map[string]any{ev}, 0)
+		if err := c.SendMsg(zmq4.NewMsgFrom(nil, seqFrame(seq), p)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// zmtpGreeting is a ZMTP 3.0 greeting with the NULL mechanism, as a server.
+func zmtpGreeting() []byte {
+	g := make([]byte, zmtpGreetingLen)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+	copy(g[12:], "NULL")
+	g[32] = 1
+	return g
+}
+
+// TestBadHandshake: a peer whose READY metadata is malformed must fail the
+// handshake (zmq4's metadata parser indexes past the end of such a body and
+// panics), and the subscription comes back when the peer behaves.
+func TestBadHandshake(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		meta []byte
+	}{
+		{"key runs past the end", []byte{5, 'a'}},
+		{"key fills the body", []byte{1, 'a'}},
+		{"no room for the value length", []byte{1, 'a', 0, 0}},
+		{"value runs past the end", []byte{1, 'a', 0, 0, 0, 9, 'x'}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, idx, _ := newTestManager(t, true)
+			e := newEngine(1)
+			port := rawPub(t,
+				func(nc net.Conn) {
+					body := append([]byte{5}, "READY"...)
+					body = append(body, tc.meta...)
+					frame := append([]byte{0x4, byte(len(body))}, body...)
+					nc.Write(append(zmtpGreeting(), frame...))
+					nc.Read(make([]byte, 512)) // until the router hangs up
+				},
+				func(nc net.Conn) { publishStores(t, e, nc) })
+			if err := m.Add(Worker{ID: "w", KVEndpoint: ">tcp://127.0.0.1:" + strconv.Itoa(port)}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the batches sent after the reconnect", func() bool {
+				return status(t, m, "w").LastSeq == 2
+			})
+			checkTruth(t, idx, radix.Worker{ID: "w"}, e)
+		})
+	}
 }
 
 // TestOversizedMessage: a publisher that announces a frame larger than the
@@ -97,16 +162,12 @@ func TestOversizedMessage(t *testing.T) {
 			m, idx, _ := newTestManager(t, true)
 			e := newEngine(1)
 			port := rawPub(t,
-				func(nc net.Conn, c *zmq4.Conn) { tc.send(nc) },
-				func(nc net.Conn, c *zmq4.Conn) {
-					for seq := uint64(0); seq < 3; seq++ {
-						_, ev := e.store(nil, 4)
-						p := encodeBatch(t, []map[string]any{ev}, 0)
-						if err := c.SendMsg(zmq4.NewMsgFrom(nil, seqFrame(seq), p)); err != nil {
-							t.Error(err)
-						}
+				func(nc net.Conn) {
+					if pubHandshake(t, nc) != nil {
+						tc.send(nc)
 					}
-				})
+				},
+				func(nc net.Conn) { publishStores(t, e, nc) })
 			if err := m.Add(Worker{ID: "w", KVEndpoint: ">tcp://127.0.0.1:" + strconv.Itoa(port)}); err != nil {
 				t.Fatal(err)
 			}
@@ -120,4 +181,22 @@ func TestOversizedMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzMetadata: whatever checkMetadata accepts, zmq4's metadata parser reads
+// without panicking.
+func FuzzMetadata(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(append(append([]byte{11}, "Socket-Type"...), 0, 0, 0, 3, 'P', 'U', 'B'))
+	f.Add([]byte{1, 'a'})
+	f.Add([]byte{1, 'a', 0, 0, 0, 9, 'x'})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if checkMetadata(p) != nil {
+			return
+		}
+		md := zmq4.Metadata{}
+		if err := md.UnmarshalZMTP(p); err != nil {
+			t.Fatalf("checkMetadata accepted %x, zmq4 says %v", p, err)
+		}
+	})
 }

@@ -43,8 +43,33 @@ func (nullSecurity) Handshake(conn *zmq4.Conn, server bool) error {
 	if cmd.Name != zmq4.CmdReady {
 		return fmt.Errorf("peer sent %q, want READY", cmd.Name)
 	}
+	// zmq4's parser indexes past the end of a malformed body (a panic):
+	// check the layout first.
+	if err := checkMetadata(cmd.Body); err != nil {
+		return fmt.Errorf("peer metadata: %w", err)
+	}
 	if err := conn.Peer.Meta.UnmarshalZMTP(cmd.Body); err != nil {
 		return fmt.Errorf("peer metadata: %w", err)
+	}
+	return nil
+}
+
+// checkMetadata checks that p is a sequence of ZMTP properties: a 1-byte name
+// length and name, then a 4-byte big-endian value length and value.
+func checkMetadata(p []byte) error {
+	for i := 0; i < len(p); {
+		klen := int(p[i])
+		i++
+		if klen > len(p)-i || 4 > len(p)-i-klen {
+			return fmt.Errorf("property at byte %d: truncated name or value length", i-1)
+		}
+		i += klen
+		vlen := binary.BigEndian.Uint32(p[i:])
+		i += 4
+		if uint64(vlen) > uint64(len(p)-i) {
+			return fmt.Errorf("property value at byte %d: %d bytes, %d left", i, vlen, len(p)-i)
+		}
+		i += int(vlen)
 	}
 	return nil
 }
