@@ -210,8 +210,10 @@ walk:
 	ix.putScratch(scr)
 	dir := ix.reg.slots()
 	for i := range out {
-		e := slotOf(dir, uint32(out[i].Cached>>32))
+		slot := uint32(out[i].Cached >> 32)
+		e := slotOf(dir, slot)
 		out[i].Worker = e.w
+		out[i].Slot = slot
 		out[i].Cached = e.cached.Load()
 	}
 	return out

@@ -39,6 +39,10 @@ type Score struct {
 	ByTier [NumTiers]uint32
 	// Cached is the number of blocks in the worker/rank's index.
 	Cached uint64
+	// Slot is the worker/rank's dense number in this index: stable for the
+	// index's life and never given to another worker/rank, so callers can keep
+	// per-worker data in a slice indexed by it.
+	Slot uint32
 }
 
 // Errors returned by Store, StoreTier and Remove. A store that fails is dropped

@@ -147,6 +147,10 @@ type Router struct {
 	overlay *overlay
 	load    *loadTable
 
+	// bySlot caches index slot -> rank (radix.Score.Slot) so a match result
+	// finds its rank without a map lookup. Guarded by mu; filled lazily.
+	bySlot []*rank
+
 	pool sync.Pool // *scratch
 
 	rngMu sync.Mutex
@@ -297,6 +301,11 @@ func (r *Router) RemoveWorker(id string) {
 	for _, rk := range wk.ranks {
 		delete(r.ranks, rk.key)
 	}
+	for i, rk := range r.bySlot {
+		if rk != nil && rk.worker == wk {
+			r.bySlot[i] = nil
+		}
+	}
 	r.mu.Unlock()
 	for _, rk := range wk.ranks {
 		r.overlay.removeRank(rk.slot)
@@ -319,6 +328,30 @@ type scratch struct {
 	decode  []float64
 	cands   []int
 	top     []int
+	missed  []slotRank
+}
+
+type slotRank struct {
+	slot uint32
+	rank *rank
+}
+
+// learnSlots records slot -> rank pairs that evaluate missed.
+func (r *Router) learnSlots(missed []slotRank) {
+	if len(missed) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range missed {
+		if r.ranks[m.rank.key] != m.rank {
+			continue // removed meanwhile
+		}
+		if int(m.slot) >= len(r.bySlot) {
+			r.bySlot = append(r.bySlot, make([]*rank, int(m.slot)+1-len(r.bySlot))...)
+		}
+		r.bySlot[m.slot] = m.rank
+	}
 }
 
 // hashPrompt validates p and returns its router block hashes in s.hashes.
@@ -387,11 +420,23 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 	} else {
 		s.matches = s.matches[:0]
 	}
-	// Index positions of the model's ranks, found through the rank table.
+	// Index positions of the model's ranks, found through the slot cache
+	// (or, the first time a slot is seen, the rank table).
+	s.missed = s.missed[:0]
 	for i := range s.matches {
 		m := &s.matches[i]
-		rk, ok := r.ranks[m.Worker]
-		if !ok || rk.worker.Model != p.Model {
+		var rk *rank
+		if int(m.Slot) < len(r.bySlot) {
+			rk = r.bySlot[m.Slot]
+		}
+		if rk == nil || rk.key != m.Worker {
+			var ok bool
+			if rk, ok = r.ranks[m.Worker]; !ok {
+				continue
+			}
+			s.missed = append(s.missed, slotRank{m.Slot, rk})
+		}
+		if rk.worker.Model != p.Model {
 			continue
 		}
 		j := rk.idx
@@ -447,6 +492,7 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 		res.Scores[j] = ws
 	}
 	r.mu.RUnlock()
+	r.learnSlots(s.missed)
 	sort.SliceStable(res.Scores, func(a, b int) bool { return res.Scores[a].Matched > res.Scores[b].Matched })
 	return res, nil
 }
@@ -528,6 +574,7 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 		}
 	}
 	r.mu.RUnlock()
+	r.learnSlots(s.missed)
 
 	uncached := uint32(len(s.hashes)) - matched
 	if requestID != "" {

@@ -438,3 +438,28 @@ func TestRouteMaxCandidates(t *testing.T) {
 		t.Fatalf("candidates %+v; want w5 (chosen), w4, w3", d.Candidates)
 	}
 }
+
+func TestSlotCacheFollowsReRegistration(t *testing.T) {
+	f := newFixture(t, nil)
+	f.addWorker("a", "m", 1)
+	toks := tokens(1, 4*bs)
+	f.store("a", 0, toks, 4, radix.TierDevice)
+	for range 2 { // the first Score learns a's slot, the second uses it
+		res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+		if err != nil || res.Scores[0].Matched != 4 {
+			t.Fatalf("score = %+v, %v", res, err)
+		}
+	}
+	// a moves to another model: the cached slot must not keep it in model m.
+	f.r.RemoveWorker("a")
+	f.addWorker("a", "m2", 1)
+	f.addWorker("b", "m", 1)
+	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+	if err != nil || len(res.Scores) != 1 || res.Scores[0].WorkerID != "b" || res.Scores[0].Matched != 0 {
+		t.Fatalf("model m after a left = %+v, %v; want only b with 0", res, err)
+	}
+	res, err = f.r.Score(&Prompt{Model: "m2", Tokens: toks})
+	if err != nil || res.Scores[0].WorkerID != "a" || res.Scores[0].Matched != 4 {
+		t.Fatalf("model m2 = %+v, %v; want a with 4", res, err)
+	}
+}
