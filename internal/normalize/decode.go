@@ -65,6 +65,7 @@ type RawEvent struct {
 	HasParent     bool
 	Parent        uint64
 	Tokens        []uint32 // EAGLE bigrams already folded
+	Bigram        bool     // token_ids came as EAGLE bigrams
 	BlockSize     int32    // -1 when absent
 	Medium        []byte
 	LoRAName      []byte
@@ -755,6 +756,7 @@ func (rb *RawBatch) decodeField(r *reader, ev *RawEvent, f int) error {
 // decodeTokens reads token_ids: ints in [0, 2^32), or EAGLE bigrams [a, b]
 // (every first element and the last second element are kept).
 func (rb *RawBatch) decodeTokens(r *reader, ev *RawEvent) error {
+	ev.Bigram = false
 	if r.readNil() {
 		ev.Tokens = nil
 		return nil
@@ -787,6 +789,7 @@ func (rb *RawBatch) decodeTokens(r *reader, ev *RawEvent) error {
 			last = b
 		}
 		rb.tokens = append(rb.tokens, last)
+		ev.Bigram = true
 	} else {
 		if n > len(r.b)-r.off {
 			return r.truncated()

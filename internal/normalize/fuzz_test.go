@@ -256,6 +256,8 @@ func diffEvent(x, y *RawEvent, exactErr bool) string {
 		return "parent"
 	case !slices.Equal(x.Tokens, y.Tokens): // nil and empty both mean no tokens
 		return fmt.Sprintf("tokens %v vs %v", x.Tokens, y.Tokens)
+	case x.Bigram != y.Bigram:
+		return "bigram"
 	case x.BlockSize != y.BlockSize:
 		return "block_size"
 	case !bytes.Equal(x.Medium, y.Medium):

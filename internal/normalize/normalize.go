@@ -370,16 +370,23 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 			EngineHashes: b.hashes[start:len(b.hashes):len(b.hashes)]})
 		return
 	}
+	tokens := ev.Tokens
 	bs := int(ev.BlockSize)
+	if ev.Bigram && nb > 0 && (bs > 0 && len(tokens) == nb*bs+1 ||
+		bs <= 0 && len(tokens)%nb != 0 && (len(tokens)-1)%nb == 0) {
+		// One bigram per position (SGLang's EAGLE keys): the folded
+		// tokens end with the next block's first token.
+		tokens = tokens[:len(tokens)-1]
+	}
 	if bs <= 0 {
-		if nb == 0 || len(ev.Tokens)%nb != 0 {
-			n.malformed(b, ev, idx, fmt.Sprintf("%d tokens is not a multiple of %d blocks and block_size is absent", len(ev.Tokens), nb))
+		if nb == 0 || len(tokens)%nb != 0 {
+			n.malformed(b, ev, idx, fmt.Sprintf("%d tokens is not a multiple of %d blocks and block_size is absent", len(tokens), nb))
 			return
 		}
-		bs = len(ev.Tokens) / nb
+		bs = len(tokens) / nb
 	}
-	if len(ev.Tokens) != nb*bs {
-		n.malformed(b, ev, idx, fmt.Sprintf("%d tokens, want %d blocks x %d", len(ev.Tokens), nb, bs))
+	if len(tokens) != nb*bs {
+		n.malformed(b, ev, idx, fmt.Sprintf("%d tokens, want %d blocks x %d", len(tokens), nb, bs))
 		return
 	}
 	k, ok := n.splitFactor(bs)
@@ -440,7 +447,7 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 	start := len(b.blocks)
 	for j, h := range ev.BlockHashes {
 		mm := n.blockMM(ev, j)
-		toks := ev.Tokens[j*bs : (j+1)*bs]
+		toks := tokens[j*bs : (j+1)*bs]
 		for i := 0; i < k; i++ {
 			eh := h
 			if i < k-1 {

@@ -292,6 +292,7 @@ func (rb *RawBatch) treeField(v any, ev *RawEvent, f int) string {
 		}
 		ev.HasParent, ev.Parent = true, h
 	case fTokens:
+		ev.Bigram = false
 		if v == nil {
 			ev.Tokens = nil
 			return ""
@@ -324,7 +325,7 @@ func (rb *RawBatch) treeField(v any, ev *RawEvent, f int) string {
 					last = b
 				}
 				toks = append(toks, last)
-				ev.Tokens = toks
+				ev.Tokens, ev.Bigram = toks, true
 				return ""
 			}
 		}
