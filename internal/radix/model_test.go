@@ -273,8 +273,13 @@ func workerLess(a, b Worker) bool {
 	return a.DPRank < b.DPRank
 }
 
+// sortScores orders scores by worker and zeroes their slots, which the model
+// does not have (compareAll checks them).
 func sortScores(s []Score) {
 	sort.Slice(s, func(i, j int) bool { return workerLess(s[i].Worker, s[j].Worker) })
+	for i := range s {
+		s[i].Slot = 0
+	}
 }
 
 // opGen draws random operations for the workers of one goroutine from a small
@@ -472,8 +477,20 @@ func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, worker
 		t.Fatalf("invariants: %v", err)
 	}
 	var buf []Score
+	slotOf := map[Worker]uint32{}
+	workerOf := map[uint32]Worker{}
 	for _, p := range prompts {
 		buf = ix.Match(p, buf)
+		// Each worker/rank has one slot, and no two share one.
+		for _, sc := range buf {
+			if s, ok := slotOf[sc.Worker]; ok && s != sc.Slot {
+				t.Fatalf("%s has slots %d and %d", sc.Worker, s, sc.Slot)
+			}
+			if w, ok := workerOf[sc.Slot]; ok && w != sc.Worker {
+				t.Fatalf("slot %d names %s and %s", sc.Slot, w, sc.Worker)
+			}
+			slotOf[sc.Worker], workerOf[sc.Slot] = sc.Slot, sc.Worker
+		}
 		got := slices.Clone(buf)
 		sortScores(got)
 		want := m.Match(p)
