@@ -365,6 +365,9 @@ func (r *rank) live(seq uint64, payload []byte) {
 	case !r.hasLast && r.fromZero && seq > 0:
 		r.fillGap(0, seq)
 	}
+	if r.ctx.Err() != nil {
+		return // stopped during the replay: leave the index as it is
+	}
 	if r.hasLast && seq <= r.last {
 		return // the replay applied it
 	}
@@ -424,6 +427,9 @@ func (r *rank) fillGap(from, seq uint64) {
 	}
 	r.log.Info("kv events: gap, replaying", "from", from, "live", seq)
 	maxSeen, seen, _, err := r.replayFrom(from)
+	if err != nil && r.ctx.Err() != nil {
+		return // stopping: the replay was abandoned, not failed
+	}
 	if err != nil {
 		r.replayFailed(err) // counted once; the hole is cleared below
 		if r.hasLast && seq > r.last+1 {

@@ -142,3 +142,46 @@ func (e *errRecorder) replay(ctx context.Context, start uint64, fn func(uint64, 
 	}
 	return err
 }
+
+// TestStopDuringGapReplay: a rank stopped (Remove, Close) while it replays a
+// gap neither clears its index state nor counts a lost history: the replay
+// did not fail, it was abandoned.
+func TestStopDuringGapReplay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := &recordSink{}
+	rp := &cancelReplayer{hi: 1, cancel: cancel}
+	r := &rank{worker: "w", sink: rec, ctx: ctx, replay: rp,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r.onConnect() // applies 0 and 1
+	rp.cancelNext = true
+	r.live(5, seqPayload(5)) // a gap: the replay is cut short by the stop
+	if got := strings.Join(rec.trace, " "); got != "0 1" {
+		t.Errorf("trace %q, want %q (nothing cleared or applied after the stop)", got, "0 1")
+	}
+	if got := r.replayFailures.Load(); got != 0 {
+		t.Errorf("replay failures %d, want 0", got)
+	}
+}
+
+// cancelReplayer serves seqs 0..hi; with cancelNext, the next replay stops
+// the rank (cancel) and returns the context's error, as a replay does when
+// the rank stops under it.
+type cancelReplayer struct {
+	hi         uint64
+	cancel     context.CancelFunc
+	cancelNext bool
+}
+
+func (c *cancelReplayer) replay(ctx context.Context, start uint64, fn func(uint64, []byte) error) error {
+	if c.cancelNext {
+		c.cancel()
+		return ctx.Err()
+	}
+	for seq := start; seq <= c.hi; seq++ {
+		if err := fn(seq, seqPayload(seq)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
