@@ -554,7 +554,8 @@ func (ev *RawEvent) keepFields() {
 		return
 	case TagRemoved:
 		*ev = RawEvent{Tag: ev.Tag, Name: ev.Name, BlockSize: -1, BlockHashes: ev.BlockHashes,
-			Medium: ev.Medium, HasGroup: ev.HasGroup, Group: ev.Group, Locality: ev.Locality}
+			Medium: ev.Medium, HasGroup: ev.HasGroup, Group: ev.Group, Locality: ev.Locality,
+			HasKind: ev.HasKind, SpecKind: ev.SpecKind}
 	default:
 		*ev = RawEvent{Tag: ev.Tag, Name: ev.Name, BlockSize: -1}
 	}
@@ -563,8 +564,10 @@ func (ev *RawEvent) keepFields() {
 var storedArrayFields = [...]int{fBlockHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium,
 	fLoRAName, fExtraKeys, fGroup, fKind, fWindow, fLocality}
 
+// removedField reports whether f belongs to BlockRemoved: its array fields,
+// and kv_cache_spec_kind, which map-encoded removes may carry.
 func removedField(f int) bool {
-	return f == fBlockHashes || f == fMedium || f == fGroup || f == fLocality
+	return f == fBlockHashes || f == fMedium || f == fGroup || f == fLocality || f == fKind
 }
 
 // valueError is a well-typed value that is out of range.
