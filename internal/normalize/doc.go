@@ -10,8 +10,9 @@
 // allocates nothing once its RawBatch has grown, checked against
 // github.com/shamaton/msgpack/v2 by FuzzDifferential. A Normalizer (one per
 // worker/rank) turns a payload into a Batch of Events. Seed, BlockHash, MMHash
-// and HashPrompt are the router block hash, specified byte by byte in HASH.md
-// with test vectors in testdata/hash_vectors.json.
+// and HashPrompt are the router block hash, specified byte by byte in the
+// README's "Router block hash" section, with test vectors in
+// testdata/hash_vectors.json.
 //
 // It imports no other internal package.
 package normalize

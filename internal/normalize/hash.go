@@ -3,19 +3,23 @@ package normalize
 import (
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
 
-// The router block hash. See HASH.md for the byte-level specification and
+// The router block hash. See the README's "Router block hash" section for the byte-level specification and
 // testdata/hash_vectors.json for test vectors.
 
 // Seed returns the block-hash seed for a LoRA adapter name and a cache
 // namespace (cache salt); empty strings mean "no adapter" and "no namespace".
 // It is XXH64 (seed 0) of the 16 bytes XXH64(loraName) || XXH64(cacheNamespace),
-// each inner hash with seed 0 and written as a little-endian uint64.
+// each inner hash with seed 0 and written as a little-endian uint64. A
+// namespace with Dynamo's "dynamo-cache-salt:" prefix is hashed without it, as
+// the normalizer does for engine events.
 func Seed(loraName, cacheNamespace string) uint64 {
+	cacheNamespace = strings.TrimPrefix(cacheNamespace, dynamoSaltPrefix)
 	return seedFromHashes(xxhash.Sum64String(loraName), xxhash.Sum64String(cacheNamespace))
 }
 

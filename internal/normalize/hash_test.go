@@ -14,7 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// TestBlockHashSpec checks BlockHash against HASH.md, written out with an
+// TestBlockHashSpec checks BlockHash against the README's hash specification, written out with an
 // explicit little-endian encoding and a streaming seeded XXH64.
 func TestBlockHashSpec(t *testing.T) {
 	for _, c := range []struct {
@@ -48,7 +48,12 @@ func TestBlockHashSpec(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[:], xxhash.Sum64String("a"))
 	binary.LittleEndian.PutUint64(b[8:], xxhash.Sum64String("b"))
 	if Seed("a", "b") != xxhash.Sum64(b[:]) || Seed("a", "b") == Seed("b", "a") || Seed("ab", "") == Seed("a", "b") {
-		t.Error("Seed does not follow HASH.md")
+		t.Error("Seed does not follow the README's hash specification")
+	}
+	// Dynamo's salt prefix is not part of the namespace, on the request path
+	// as on the event path.
+	if Seed("", "dynamo-cache-salt:tenant") != Seed("", "tenant") {
+		t.Error("Seed hashes the dynamo-cache-salt: prefix")
 	}
 }
 
@@ -247,7 +252,7 @@ func TestHashVectorsIndependent(t *testing.T) {
 
 func writeHashVectors(t *testing.T) {
 	var v hashVectors
-	v.Comment = "kvrouter router block hash test vectors; see HASH.md. 64-bit values are hex strings."
+	v.Comment = "kvrouter router block hash test vectors; see the README section Router block hash. 64-bit values are hex strings."
 	for _, s := range [][2]string{{"", ""}, {"sql-lora", ""}, {"", "tenant-a"}, {"sql-lora", "tenant-a"}, {"é", "\x00"}} {
 		v.Seeds = append(v.Seeds, struct {
 			LoRA      string `json:"lora_name"`

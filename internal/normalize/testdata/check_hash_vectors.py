@@ -1,5 +1,5 @@
 """Recompute hash_vectors.json with the C reference xxHash library (libxxhash)
-through ctypes, following HASH.md; exit 1 on any mismatch.
+through ctypes, following the README section "Router block hash"; exit 1 on any mismatch.
 
 Usage: python3 check_hash_vectors.py hash_vectors.json
 """
