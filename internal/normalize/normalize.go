@@ -79,6 +79,12 @@ const (
 // maxGroups bounds the learned KV cache groups (the index comes off the wire).
 const maxGroups = 1024
 
+// maxExpandedHashes bounds the router hashes that tier-only stores and
+// removes of one batch expand to when engine blocks are split: each engine
+// hash becomes engine/router block size hashes, and a block size off the wire
+// must not turn a few payload bytes into gigabytes.
+const maxExpandedHashes = 1 << 20
+
 // Normalizer holds one worker/rank's decode state (learned group kinds,
 // namespaces of known blocks, engine block size). It is not safe for
 // concurrent use: use one per (worker, rank).
@@ -241,7 +247,7 @@ func (n *Normalizer) apply(rb *RawBatch, b *Batch) {
 			b.EngineBlocks += uint32(len(ev.BlockHashes))
 			n.stored(ev, i, b)
 		case TagRemoved:
-			n.removed(ev, b)
+			n.removed(ev, i, b)
 		case TagCleared:
 			clear(n.ns)
 			b.Events = append(b.Events, Event{Kind: KindClear})
@@ -362,6 +368,9 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 		k, ok := n.splitFactor(bs)
 		if !ok {
 			n.mismatch(b, bs)
+			return
+		}
+		if !n.expansionFits(b, ev, idx, k) {
 			return
 		}
 		start := len(b.hashes)
@@ -540,7 +549,7 @@ func (n *Normalizer) validSequence(ev *RawEvent) bool {
 	return true
 }
 
-func (n *Normalizer) removed(ev *RawEvent, b *Batch) {
+func (n *Normalizer) removed(ev *RawEvent, idx int, b *Batch) {
 	if r, drop := n.filter(ev); drop {
 		b.skip(r)
 		return
@@ -549,13 +558,16 @@ func (n *Normalizer) removed(ev *RawEvent, b *Batch) {
 		b.skip(ReasonIgnoredEvent)
 		return
 	}
+	k, _ := n.splitFactor(n.engineBlockSize)
+	if !n.expansionFits(b, ev, idx, k) {
+		return
+	}
 	for _, h := range ev.BlockHashes {
 		// An ambiguous hash stays ambiguous: another copy may remain.
 		if st, ok := n.ns[h]; ok && !st.ambiguous {
 			delete(n.ns, h)
 		}
 	}
-	k, _ := n.splitFactor(n.engineBlockSize)
 	start := len(b.hashes)
 	b.hashes = appendExpanded(b.hashes, ev.BlockHashes, k)
 	b.Events = append(b.Events, Event{Kind: KindRemove, Tier: tierOf(ev.Medium),
@@ -565,6 +577,19 @@ func (n *Normalizer) removed(ev *RawEvent, b *Batch) {
 func (n *Normalizer) malformed(b *Batch, ev *RawEvent, idx int, msg string) {
 	b.skip(ReasonMalformedEvent)
 	b.Errors = append(b.Errors, &EventError{Index: idx, Tag: string(ev.Name), Field: "token_ids", Offset: -1, Msg: msg})
+}
+
+// expansionFits reports whether splitting ev's engine blocks k ways keeps the
+// batch within maxExpandedHashes; if not, the event is skipped as malformed.
+func (n *Normalizer) expansionFits(b *Batch, ev *RawEvent, idx int, k int) bool {
+	if k <= 1 || len(b.hashes)+len(ev.BlockHashes)*k <= maxExpandedHashes {
+		return true
+	}
+	b.skip(ReasonMalformedEvent)
+	b.Errors = append(b.Errors, &EventError{Index: idx, Tag: string(ev.Name), Field: "block_size", Offset: -1,
+		Msg: fmt.Sprintf("%d engine blocks split %d ways make %d router blocks, more than %d per batch",
+			len(ev.BlockHashes), k, len(ev.BlockHashes)*k, maxExpandedHashes)})
+	return false
 }
 
 func (n *Normalizer) mismatch(b *Batch, bs int) {

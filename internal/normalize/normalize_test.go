@@ -183,3 +183,53 @@ func TestDecodeErrorsName(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// TestSplitExpansionBounded: an engine block size that is a huge multiple of
+// the router's turns every hash of a tier-only store or a remove into that
+// many router hashes; a few bytes of payload must not become gigabytes. An
+// expansion beyond maxExpandedHashes per batch skips the event as malformed.
+func TestSplitExpansionBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload string
+		want    Kind // the last event's kind when accepted; 0: skipped as malformed
+		hashes  int  // its engine hashes when accepted
+	}{
+		{name: "tier-only store, realistic split",
+			payload: `[1.0, [{"type": "BlockStored", "block_hashes": [1, 2], "token_ids": [], "block_size": 64, "medium": "CPU"}], 0]`,
+			want:    KindStoreTier, hashes: 8},
+		{name: "tier-only store, huge block size",
+			payload: `[1.0, [{"type": "BlockStored", "block_hashes": [1], "token_ids": [], "block_size": 33554432, "medium": "CPU"}], 0]`},
+		{name: "remove after learning a huge block size",
+			payload: `[1.0, [["BlockStored", [1], nil, [seq(1, 65536)], 65536], ["BlockRemoved", [seq(2, 300)]]], 0]`},
+		{name: "remove after learning a realistic block size",
+			payload: `[1.0, [["BlockStored", [1], nil, [seq(1, 64)], 64], ["BlockRemoved", [seq(2, 300)]]], 0]`,
+			want:    KindRemove, hashes: 1200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := New(Config{})
+			var b Batch
+			if err := n.Normalize(mustDesc(t, tc.payload), &b); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == 0 {
+				if b.Skipped[ReasonMalformedEvent] != 1 || len(b.Errors) != 1 {
+					t.Fatalf("skipped %v, errors %v: want the expansion skipped as malformed", b.Skipped, b.Errors)
+				}
+				if !strings.Contains(b.Errors[0].Error(), "router blocks") {
+					t.Errorf("error %q does not say why", b.Errors[0])
+				}
+				for _, ev := range b.Events {
+					if ev.Kind == KindStoreTier || ev.Kind == KindRemove {
+						t.Fatalf("expansion emitted: %d hashes", len(ev.EngineHashes))
+					}
+				}
+				return
+			}
+			ev := b.Events[len(b.Events)-1]
+			if ev.Kind != tc.want || len(ev.EngineHashes) != tc.hashes || len(b.Errors) != 0 {
+				t.Fatalf("event %v with %d hashes, errors %v; want %v with %d", ev.Kind, len(ev.EngineHashes), b.Errors, tc.want, tc.hashes)
+			}
+		})
+	}
+}
