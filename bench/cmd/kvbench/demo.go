@@ -114,9 +114,15 @@ func runDemo(ctx context.Context, args []string) error {
 				hit = float64(tot.CachedBlocks-prev.CachedBlocks) / float64(d)
 			}
 			applied, _ := replay.EventsApplied(ctx, router.Registry, *model)
+			// Requests are routed on arrival; engines may still be working through
+			// earlier ones, so a window can have served requests but no Route calls.
+			p50, p99 := "-", "-"
+			if len(window) > 0 {
+				p50, p99 = s.P50.Round(time.Microsecond).String(), s.P99.Round(time.Microsecond).String()
+			}
 			log.Info("summary", "requests", tot.Requests, "window_requests", tot.Requests-prev.Requests,
 				"window_hit_rate", fmt.Sprintf("%.1f%%", 100*hit),
-				"route_p50", s.P50.Round(time.Microsecond), "route_p99", s.P99.Round(time.Microsecond),
+				"window_routes", len(window), "route_p50", p50, "route_p99", p99,
 				"events_published", tot.Events, "events_applied", applied, "cached_blocks", tot.CachedNow)
 			prev = tot
 		}
