@@ -129,12 +129,12 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	}
 	sh := ix.shards[si]
 	sh.mu.Lock()
-	k, prev := sh.key(pnode), pnode
+	keys := sh.runKeys(pnode, blocks)
+	prev := pnode
 	var memo setMemo
 	var dups uint64
-	for _, bl := range blocks {
-		k = pathKey(k, bl.BlockHash)
-		id := sh.child(prev, k)
+	for i, bl := range blocks {
+		id := sh.child(prev, keys[i])
 		p, had := ws.blocks.ref(bl.EngineHash)
 		b := binding(*p)
 		switch {
@@ -206,17 +206,45 @@ func (ws *workerState) checkRun(parent uint64, hasParent bool, blocks []Block) e
 		}
 		return nil
 	}
-	if ws.seen == nil {
-		ws.seen = make(map[uint64]struct{}, len(blocks))
-	}
-	defer clear(ws.seen)
-	for _, b := range blocks {
-		if _, dup := ws.seen[b.EngineHash]; dup {
-			return bad(b.EngineHash, "repeated in run")
-		}
-		ws.seen[b.EngineHash] = struct{}{}
+	if eh, dup := repeatedHash(blocks); dup {
+		return bad(eh, "repeated in run")
 	}
 	return nil
+}
+
+// repeatedHash finds an engine hash that blocks repeat, with an
+// open-addressing set on the stack (on the heap for runs over 512 blocks).
+func repeatedHash(blocks []Block) (uint64, bool) {
+	var stack [1024]uint64
+	size := 1 << bits.Len(uint(2*len(blocks)-1)) // >= 2 len(blocks)
+	var t []uint64
+	if size <= len(stack) {
+		t = stack[:size]
+	} else {
+		t = make([]uint64, size)
+	}
+	mask := uint64(size - 1)
+	zero := false
+	for _, b := range blocks {
+		eh := b.EngineHash
+		if eh == 0 { // 0 marks a free slot
+			if zero {
+				return 0, true
+			}
+			zero = true
+			continue
+		}
+		for i := fmix64(eh) & mask; ; i = (i + 1) & mask {
+			if t[i] == eh {
+				return eh, true
+			}
+			if t[i] == 0 {
+				t[i] = eh
+				break
+			}
+		}
+	}
+	return 0, false
 }
 
 // StoreTier adds a copy on tier to blocks w already holds, named by engine

@@ -34,6 +34,8 @@ type shard struct {
 	freeSets []uint32
 	intern   map[uint64]uint32 // set content hash -> set id
 	scratch  []uint64
+	keys     []uint64 // a store run's path keys
+	sink     uint64   // keeps prefetching loads alive
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -155,6 +157,34 @@ func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
 	}
 	id, ok = s.over[ovKey{parent, k}]
 	return id, ok
+}
+
+// runKeys returns the path keys of blocks under parent (valid until the next
+// call) and touches, before any is used, the child-map slots and nodes they
+// find, so that the cache misses of a whole run overlap instead of coming one
+// after another.
+func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
+	keys := s.keys[:0]
+	k := s.key(parent)
+	for _, bl := range blocks {
+		k = pathKey(k, bl.BlockHash)
+		keys = append(keys, k)
+	}
+	s.keys = keys
+	if len(s.kids.slots) == 0 {
+		return keys
+	}
+	var sink uint64
+	for _, k := range keys {
+		sink += s.kids.first(k)
+	}
+	for _, k := range keys {
+		if v, ok := s.kids.get(k); ok {
+			sink += uint64(s.meta(uint32(v)).set)
+		}
+	}
+	s.sink += sink
+	return keys
 }
 
 // child finds or creates the child of parent whose path key is k.

@@ -13,7 +13,6 @@ type workerState struct {
 	slot uint32
 
 	blocks u64map // engine hash -> binding
-	seen   map[uint64]struct{}
 
 	cached *atomic.Uint64 // in the worker's slot entry
 
