@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-zeromq/zmq4"
@@ -199,4 +201,44 @@ func FuzzMetadata(f *testing.F) {
 			t.Fatalf("checkMetadata accepted %x, zmq4 says %v", p, err)
 		}
 	})
+}
+
+// TestLargeMessagesBounded: the queue bounds messages by count, and one
+// message may be as large as maxMessageBytes, so a publisher flooding large
+// messages at a slow index could queue QueueDepth x maxMessageBytes. At most
+// largeSlots messages of largeMessage bytes or more are queued at once: the
+// reader waits for the applier (back-pressure) before queuing another.
+func TestLargeMessagesBounded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &rank{ctx: ctx, q: make(chan item, 256), large: make(chan struct{}, largeSlots)}
+	var pushed atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 3*largeSlots; i++ {
+			big := item{seq: uint64(i), payload: make([]byte, largeMessage)}
+			if !r.push(big) {
+				return
+			}
+			pushed.Add(1)
+			// Small messages are not held back by large ones in the queue.
+			if !r.push(item{seq: uint64(i), payload: []byte{1}}) {
+				return
+			}
+		}
+	}()
+	eventually(t, "the large message slots to fill", func() bool { return pushed.Load() >= largeSlots })
+	if got := pushed.Load(); got != largeSlots {
+		t.Fatalf("%d large messages queued, want at most %d", got, largeSlots)
+	}
+	// The applier takes one large message: one more may be queued.
+	for it := <-r.q; ; it = <-r.q {
+		if r.dequeued(it); len(it.payload) >= largeMessage {
+			break
+		}
+	}
+	eventually(t, "a freed slot to be used", func() bool { return pushed.Load() == largeSlots+1 })
+	cancel()
+	<-done
 }

@@ -222,6 +222,7 @@ func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
 		backoffMin: m.cfg.ReconnectMin,
 		backoffMax: m.cfg.ReconnectMax,
 		q:          make(chan item, m.cfg.QueueDepth),
+		large:      make(chan struct{}, largeSlots),
 	}
 	if w.ReplayEndpoint != "" {
 		s, err := RankEndpoint(w.ReplayEndpoint, dp)

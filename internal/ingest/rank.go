@@ -66,6 +66,7 @@ type rank struct {
 	backoffMin, backoffMax time.Duration
 
 	q      chan item
+	large  chan struct{} // slots for queued messages of largeMessage bytes or more
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -278,9 +279,26 @@ func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
 	}
 }
 
-// push queues it, blocking while the queue is full (back-pressure on the
-// reader, then on TCP, then on the engine's high-water mark).
+// Large messages: the queue bounds messages by count, so at most largeSlots
+// of the queued ones may be largeMessage bytes or more. Memory held by a
+// rank's queue is then below QueueDepth x largeMessage + largeSlots x
+// maxMessageBytes, whatever the publisher sends.
+const (
+	largeMessage = 1 << 20
+	largeSlots   = 4
+)
+
+// push queues it, blocking while the queue is full, or while it is large and
+// the large message slots are taken (back-pressure on the reader, then on
+// TCP, then on the engine's high-water mark).
 func (r *rank) push(it item) bool {
+	if len(it.payload) >= largeMessage {
+		select {
+		case r.large <- struct{}{}:
+		case <-r.ctx.Done():
+			return false
+		}
+	}
 	select {
 	case r.q <- it:
 		return true
@@ -309,6 +327,7 @@ func (r *rank) applyLoop() {
 		case <-r.ctx.Done():
 			return
 		case it := <-r.q:
+			r.dequeued(it)
 			if it.connected {
 				r.onConnect()
 				continue
@@ -316,6 +335,15 @@ func (r *rank) applyLoop() {
 			r.checkEpoch(it.topic, it.seq)
 			r.live(it.seq, it.payload)
 		}
+	}
+}
+
+// dequeued releases the large message slot of a dequeued item, if it held
+// one. The applier is then done with the queue's share of its memory: the
+// payload is referenced only until it is applied.
+func (r *rank) dequeued(it item) {
+	if len(it.payload) >= largeMessage {
+		<-r.large
 	}
 }
 
