@@ -748,7 +748,8 @@ type Worker struct {
 	ReplayEndpoint string `protobuf:"bytes,5,opt,name=replay_endpoint,json=replayEndpoint,proto3" json:"replay_endpoint,omitempty"`
 	// dp_size is the number of data-parallel ranks; 0 means 1.
 	DpSize uint32 `protobuf:"varint,6,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
-	// block_size is the engine's block size in tokens; 0 means learn it from events.
+	// block_size is the engine's block size in tokens, for operators' reference: the router
+	// reads each event's own block_size and splits engine blocks into --block-size router blocks.
 	BlockSize uint32 `protobuf:"varint,7,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	// topic is the ZMQ topic prefix to subscribe to; empty subscribes to everything.
 	Topic         string `protobuf:"bytes,8,opt,name=topic,proto3" json:"topic,omitempty"`
