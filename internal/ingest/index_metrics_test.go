@@ -1,0 +1,43 @@
+package ingest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// TestIndexMetrics checks that the index's size and refusals reach /metrics.
+func TestIndexMetrics(t *testing.T) {
+	_, idx, reg := newTestManager(t, true)
+	w := radix.Worker{ID: "w"}
+	if err := idx.Store(w, 0, false, radix.TierDevice, []radix.Block{{EngineHash: 1, BlockHash: 11}, {EngineHash: 2, BlockHash: 12}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Store(w, 99, true, radix.TierDevice, []radix.Block{{EngineHash: 3, BlockHash: 13}}); !errors.Is(err, radix.ErrParentNotFound) {
+		t.Fatalf("store under unknown parent: %v", err)
+	}
+	for name, want := range map[string]float64{
+		"kvrouter_index_residencies":            2,
+		"kvrouter_index_nodes":                  2,
+		"kvrouter_index_parent_not_found_total": 1,
+		"kvrouter_index_blocks_stored_total":    2,
+	} {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				found = true
+				if got := mf.GetMetric()[0]; got.GetGauge().GetValue()+got.GetCounter().GetValue() != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not exported", name)
+		}
+	}
+}
