@@ -95,21 +95,31 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	// which do not depend on each other, so their cache misses overlap; then
 	// the nodes themselves, checked against their parents.
 	var ids [matchWindow]uint32
-	var keys [matchWindow]uint64
+	var keys [matchWindow]uint64 // the current window's keys, then its found nodes' keys
+	var next [matchWindow]uint64 // the next window's keys, already touched
+	// touch computes the path keys of the window starting at depth from,
+	// chained from key kk, into next, and touches their child-map slots: the
+	// loads do not depend on each other, so the CPU overlaps their misses.
+	touch := func(from int, kk uint64) {
+		end := min(from+matchWindow, len(blockHashes))
+		for e := from; e < end; e++ {
+			kk = pathKey(kk, blockHashes[e])
+			next[e-from] = kk
+		}
+		var sink uint64
+		for e := range end - from {
+			sink += sh.kids.first(next[e])
+		}
+		scr.sink += sink
+	}
 	d := 1
+	touch(d, k)
 walk:
 	for d < len(blockHashes) {
 		m, start, end := 0, d, min(d+matchWindow, len(blockHashes))
-		// Touch every probe's first slot before reading any: the loads are
-		// independent, so the CPU overlaps their cache misses.
-		kk := k
-		for e := d; e < end; e++ {
-			kk = pathKey(kk, blockHashes[e])
-			keys[e-d] = kk
-			scr.sink += sh.kids.first(kk)
-		}
-		for e := d; e < end; e++ {
-			k = keys[e-d]
+		keys = next
+		for e := range end - start {
+			k = keys[e]
 			v, ok := sh.kids.get(k)
 			if !ok {
 				break
@@ -117,8 +127,15 @@ walk:
 			ids[m], keys[m] = uint32(v), k
 			m++
 		}
+		var sink uint64
 		for x := range m {
-			scr.sink += uint64(sh.meta(ids[x]).set)
+			sink += uint64(sh.meta(ids[x]).set)
+		}
+		scr.sink += sink
+		// Software pipelining: the next window's probes go out while this
+		// window's nodes are checked and merged.
+		if m == end-start && end < len(blockHashes) {
+			touch(end, keys[m-1])
 		}
 		for x := range m {
 			nid := ids[x]
