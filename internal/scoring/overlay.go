@@ -14,9 +14,13 @@ import (
 // Blocks are keyed by a chain of the prompt's block hashes (key i covers
 // blocks 0..i), so a key names a position in a prefix like a tree path does.
 // Each rank's predictions sit in a FIFO whose order is expiry order (one TTL
-// per rank); re-predicting a key refreshes its holder and leaves a stale FIFO
-// entry that is skipped when it reaches the front. The FIFO's length bounds
-// the rank's predictions (LRU by insertion).
+// per rank, and expiries strictly increase within a rank, so an expiry names
+// one FIFO entry). A prediction is pushed last block first, so capacity
+// eviction takes an old prompt's tail before its leading blocks. Re-predicting
+// a key refreshes its holder and leaves a stale FIFO entry that is skipped when
+// it reaches the front; the rank's live predictions (FIFO entries minus stale
+// ones) are bounded by its capacity, least recently predicted out first, and a
+// FIFO that reaches twice the capacity is compacted.
 type overlay struct {
 	mu    sync.RWMutex
 	keys  map[uint64][]holder
@@ -35,6 +39,8 @@ type slotState struct {
 	ttl      time.Duration
 	fifo     []fifoEntry // ring buffer
 	head, n  int
+	stale    int   // FIFO entries whose key was re-predicted (or dropped) since
+	lastExp  int64 // the latest expiry given out; the next is later
 }
 
 type fifoEntry struct {
@@ -83,7 +89,8 @@ func (st *slotState) pop() fifoEntry {
 
 func (st *slotState) push(e fifoEntry) {
 	if st.n == len(st.fifo) {
-		grown := make([]fifoEntry, max(16, min(2*len(st.fifo), st.capacity+1)))
+		// n stays below 2*capacity+1 (predict compacts at 2*capacity).
+		grown := make([]fifoEntry, min(max(16, 2*len(st.fifo)), 2*st.capacity+1))
 		for i := 0; i < st.n; i++ {
 			grown[i] = st.fifo[(st.head+i)%len(st.fifo)]
 		}
@@ -94,15 +101,16 @@ func (st *slotState) push(e fifoEntry) {
 }
 
 // dropHolder removes slot from key's holders; with expires != 0 only when the
-// holder was not refreshed since (its expiry still matches). The caller holds mu.
-func (o *overlay) dropHolder(key uint64, slot int32, expires int64) {
+// holder was not refreshed since (its expiry still matches). It reports whether
+// it removed one. The caller holds mu.
+func (o *overlay) dropHolder(key uint64, slot int32, expires int64) bool {
 	hs := o.keys[key]
 	for i, h := range hs {
 		if h.slot != slot {
 			continue
 		}
 		if expires != 0 && h.expires != expires {
-			return
+			return false
 		}
 		hs[i] = hs[len(hs)-1]
 		hs = hs[:len(hs)-1]
@@ -111,32 +119,69 @@ func (o *overlay) dropHolder(key uint64, slot int32, expires int64) {
 		} else {
 			o.keys[key] = hs
 		}
-		return
+		return true
+	}
+	return false
+}
+
+// popFront drops st's oldest FIFO entry and, when it is current, its holder.
+// The caller holds mu.
+func (o *overlay) popFront(st *slotState, slot int32) {
+	e := st.pop()
+	if !o.dropHolder(e.key, slot, e.expires) {
+		st.stale--
 	}
 }
 
-// predict records chain keys as held by slot from now on.
-func (o *overlay) predict(slot int32, chain []uint64, now time.Time) {
+// isCurrent reports whether e is the FIFO entry of slot's holder of e.key.
+func (o *overlay) isCurrent(e fifoEntry, slot int32) bool {
+	for _, h := range o.keys[e.key] {
+		if h.slot == slot {
+			return h.expires == e.expires
+		}
+	}
+	return false
+}
+
+// compact rewrites st's FIFO without its stale entries. The caller holds mu.
+func (o *overlay) compact(st *slotState, slot int32) {
+	out := make([]fifoEntry, 0, max(16, 2*(st.n-st.stale)))
+	for i := 0; i < st.n; i++ {
+		if e := st.fifo[(st.head+i)%len(st.fifo)]; o.isCurrent(e, slot) {
+			out = append(out, e)
+		}
+	}
+	st.fifo, st.head, st.n, st.stale = out[:cap(out)], 0, len(out), 0
+}
+
+// predict records chain keys as held by rk from now on, refreshing the ones it
+// holds already. A rank removed meanwhile (its slot freed, perhaps reused by
+// another rank) is ignored.
+func (o *overlay) predict(rk *rank, chain []uint64, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	slot := rk.slot
 	st := o.slots[slot]
-	if st == nil {
+	if st == nil || st.rank != rk {
 		return
 	}
 	nowNs := now.UnixNano()
 	// Expired entries leave first: FIFO order is expiry order.
 	for st.n > 0 && st.fifo[st.head].expires <= nowNs {
-		e := st.pop()
-		o.dropHolder(e.key, slot, e.expires)
+		o.popFront(st, slot)
 	}
-	exp := now.Add(st.ttl).UnixNano()
-	for _, key := range chain {
+	exp := max(now.Add(st.ttl).UnixNano(), st.lastExp)
+	// Last block first: eviction from the front then takes tails first.
+	for i := len(chain) - 1; i >= 0; i-- {
+		key := chain[i]
+		exp++ // unique per slot: an expiry names one FIFO entry
 		hs := o.keys[key]
 		found := false
-		for i := range hs {
-			if hs[i].slot == slot {
-				hs[i].expires = exp
+		for k := range hs {
+			if hs[k].slot == slot {
+				hs[k].expires = exp
 				found = true
+				st.stale++ // its previous FIFO entry
 				break
 			}
 		}
@@ -144,11 +189,14 @@ func (o *overlay) predict(slot int32, chain []uint64, now time.Time) {
 			o.keys[key] = append(hs, holder{slot: slot, expires: exp})
 		}
 		st.push(fifoEntry{key: key, expires: exp})
-		for st.n > st.capacity {
-			e := st.pop()
-			o.dropHolder(e.key, slot, e.expires)
+		for st.n-st.stale > st.capacity {
+			o.popFront(st, slot)
+		}
+		if st.n >= 2*st.capacity {
+			o.compact(st, slot)
 		}
 	}
+	st.lastExp = exp
 }
 
 // extend raises depth[j] (each rank's leading matched blocks from the index)

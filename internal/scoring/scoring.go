@@ -533,7 +533,7 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 		for t, n := range s.byTier[j] {
 			credit += r.weights[t] * float64(n)
 		}
-		credit += float64(s.depth[j] - s.radixM[j]) // predicted blocks count as device blocks
+		credit += r.weights[radix.TierDevice] * float64(s.depth[j]-s.radixM[j]) // predicted blocks count as device blocks
 		prefill := promptBlocks - credit + float64(rk.prefillBlocks)
 		decode := float64(rk.decodeBlocks)
 		s.cands = append(s.cands, j)
@@ -573,9 +573,10 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 			dec.Candidates[i] = candidate(c)
 		}
 	}
-	r.mu.RUnlock()
-	r.learnSlots(s.missed)
 
+	// Load and prediction go on while the read lock still keeps chosen
+	// registered: a RemoveWorker in between would leave a request on a dead
+	// rank and a prediction in an overlay slot that may have a new owner.
 	uncached := uint32(len(s.hashes)) - matched
 	if requestID != "" {
 		uncachedTokens := int64(len(p.Tokens)) - int64(matched)*int64(r.cfg.BlockSize)
@@ -583,12 +584,19 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 			uncachedTokens = int64(uncached) * int64(r.cfg.BlockSize)
 		}
 		if err := r.load.add(requestID, chosen, int64(uncached), uncachedTokens, int64(len(s.hashes)), now.Add(r.cfg.RequestTTL)); err != nil {
+			r.mu.RUnlock()
 			return nil, err
 		}
 	}
-	if uncached > 0 && (chosen.approximate || !r.cfg.DisablePrediction) {
-		r.overlay.predict(chosen.slot, s.chain[matched:], now)
+	switch {
+	case chosen.approximate && len(s.chain) > 0:
+		// LRU: the prompt's blocks the rank already holds are refreshed too.
+		r.overlay.predict(chosen, s.chain, now)
+	case uncached > 0 && !r.cfg.DisablePrediction && !chosen.approximate:
+		r.overlay.predict(chosen, s.chain[matched:], now)
 	}
+	r.mu.RUnlock()
+	r.learnSlots(s.missed)
 	return dec, nil
 }
 
@@ -597,6 +605,9 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 // cheap for the small n a gateway asks for.
 func cheapest(costs []float64, pick, n int, out []int) []int {
 	out = append(out, pick)
+	if n <= 1 {
+		return out
+	}
 	for i, c := range costs {
 		if i == pick {
 			continue

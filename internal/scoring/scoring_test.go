@@ -340,13 +340,14 @@ func TestApproximateWorkerCapacity(t *testing.T) {
 	if res.Scores[0].Matched != 8 {
 		t.Fatalf("approximate worker predicted %d of 8 blocks", res.Scores[0].Matched)
 	}
-	// 8 more blocks of another prompt push the oldest 6 of p1 out (capacity 10).
+	// 8 more blocks of another prompt push 6 of p1's out (capacity 10): its
+	// last 6, so its first 2 still match.
 	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(9000, 8*bs)}, "", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	res, _ = f.r.Score(&Prompt{Model: "m", Tokens: p1})
-	if res.Scores[0].Matched != 0 {
-		t.Fatalf("after eviction of p1's first blocks matched = %d, want 0", res.Scores[0].Matched)
+	if res.Scores[0].Matched != 2 {
+		t.Fatalf("after eviction of p1's last 6 blocks matched = %d, want 2", res.Scores[0].Matched)
 	}
 	f.r.RemoveWorker("x")
 	if _, err := f.r.Score(&Prompt{Model: "m", Tokens: p1}); !errors.Is(err, ErrNotFound) {

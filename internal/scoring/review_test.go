@@ -1,0 +1,157 @@
+package scoring
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/normalize"
+	"github.com/kvrouter/kvrouter/internal/radix"
+)
+
+// With max_candidates 1 the chosen worker must be the one candidate returned,
+// also when temperature sampling chose a worker that is not the cheapest.
+func TestRouteMaxCandidatesOneKeepsChosen(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisablePrediction = true })
+	toks := tokens(1, 8*bs)
+	for i := range 4 {
+		f.addWorker(fmt.Sprint("w", i), "m", 1)
+		f.store(fmt.Sprint("w", i), 0, toks, 2*i, radix.TierDevice)
+	}
+	notCheapest := 0
+	for range 200 {
+		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 50, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.WorkerID != "w3" {
+			notCheapest++
+		}
+		if len(d.Candidates) != 1 || d.Candidates[0].WorkerID != d.WorkerID || d.Candidates[0].Cost != d.Cost {
+			t.Fatalf("chose %s (cost %v) but candidates are %+v", d.WorkerID, d.Cost, d.Candidates)
+		}
+	}
+	if notCheapest == 0 {
+		t.Fatal("temperature 50 never sampled a worker other than the cheapest; the test checks nothing")
+	}
+}
+
+// Predicted blocks count as device blocks: their credit is the device tier's
+// weight, not a fixed 1.0.
+func TestPredictedCreditUsesDeviceWeight(t *testing.T) {
+	w := [radix.NumTiers]float64{0.5, 0.25, 0.1, 0}
+	f := newFixture(t, func(c *Config) { c.TierWeights = &w })
+	f.addWorker("a", "m", 1)
+	toks := tokens(1, 8*bs)
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Candidates[0]; c.Matched != 8 || c.PrefillBlocks != 8-8*0.5 {
+		t.Fatalf("candidate %+v; want 8 predicted blocks credited at the device weight 0.5 (prefill 4)", c)
+	}
+}
+
+// A prediction made for a rank that was removed (and whose overlay slot went
+// to another worker) must not land on the new owner of the slot.
+func TestPredictionForRemovedRankIsDropped(t *testing.T) {
+	f := newFixture(t, nil)
+	f.addWorker("a", "m", 1)
+	old := f.r.ranks[radix.Worker{ID: "a"}]
+	f.r.RemoveWorker("a")
+	f.addWorker("b", "m", 1)
+	if nb := f.r.ranks[radix.Worker{ID: "b"}]; nb.slot != old.slot {
+		t.Fatalf("b got overlay slot %d, not a's freed slot %d; the test needs the reuse", nb.slot, old.slot)
+	}
+	toks := tokens(1, 4*bs)
+	f.r.overlay.predict(old, chainKeys(hashesOf(toks), nil), f.clock.now())
+	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Scores[0]; s.Matched != 0 {
+		t.Fatalf("b inherited a's late prediction: %+v", s)
+	}
+}
+
+// Capacity eviction drops an old prediction's last blocks first, so its
+// leading blocks (the only ones a match can reach) survive.
+func TestPredictionEvictionKeepsPrefix(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.PredictionCapacity = 6 })
+	f.addWorker("a", "m", 1)
+	p, q := tokens(1, 4*bs), tokens(5000, 4*bs)
+	for _, toks := range [][]uint32{p, q} {
+		if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, _ := f.r.Score(&Prompt{Model: "m", Tokens: p})
+	if s := res.Scores[0]; s.Matched != 2 {
+		t.Fatalf("p after q's 4 blocks pushed 2 of p's out of 6: matched %d, want 2 (its first two blocks)", s.Matched)
+	}
+}
+
+// An approximate worker's overlay is LRU: routing a prompt again refreshes its
+// blocks, so the least recently used prompt is the one evicted.
+func TestApproximateOverlayIsLRU(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ApproxCapacity = 8 })
+	if err := f.r.AddWorker(Worker{ID: "x", Model: "m", Approximate: true}); err != nil {
+		t.Fatal(err)
+	}
+	p, q, r := tokens(1, 4*bs), tokens(5000, 4*bs), tokens(9000, 4*bs)
+	route := func(toks []uint32) {
+		t.Helper()
+		f.clock.advance(time.Second)
+		if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(stage string, want map[string]uint32, prompts map[string][]uint32) {
+		t.Helper()
+		for name, toks := range prompts {
+			res, _ := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+			if got := res.Scores[0].Matched; got != want[name] {
+				t.Errorf("%s: %s matched %d, want %d", stage, name, got, want[name])
+			}
+		}
+	}
+	all := map[string][]uint32{"p": p, "q": q, "r": r}
+	for _, toks := range [][]uint32{p, q, p, p} {
+		route(toks)
+	}
+	// 8 distinct blocks fit capacity 8, however often p was refreshed.
+	check("after p q p p", map[string]uint32{"p": 4, "q": 4, "r": 0}, all)
+	route(r)
+	// r evicts the least recently used prompt, q.
+	check("after r", map[string]uint32{"p": 4, "q": 0, "r": 4}, all)
+}
+
+// Two predictions of one key at the same instant must not let the older FIFO
+// entry drop the newer prediction.
+func TestPredictionRefreshAtSameInstant(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ApproxCapacity = 8 })
+	if err := f.r.AddWorker(Worker{ID: "x", Model: "m", Approximate: true}); err != nil {
+		t.Fatal(err)
+	}
+	p, q := tokens(1, 4*bs), tokens(5000, 4*bs)
+	// The clock does not move: p, then p again (refresh), then q evicts p's
+	// first entries, which are stale.
+	for _, toks := range [][]uint32{p, p, q} {
+		if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, toks := range [][]uint32{p, q} {
+		res, _ := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+		if got := res.Scores[0].Matched; got != 4 {
+			t.Errorf("matched %d, want 4 (8 live blocks fit capacity 8)", got)
+		}
+	}
+}
+
+func hashesOf(toks []uint32) []uint64 {
+	return normalize.HashPrompt(normalize.Seed("", ""), toks, bs, nil, nil)
+}
