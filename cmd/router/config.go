@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -177,8 +178,33 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: max_prompt_tokens %d must be positive", c.MaxPromptTokens)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
-	case c.PrefillWeight < 0:
-		return fmt.Errorf("config: prefill_weight %v must be >= 0", c.PrefillWeight)
+	case !(c.PrefillWeight > 0) || math.IsInf(c.PrefillWeight, 0):
+		// 0 is refused rather than read as "unset" (the router's default 1.0).
+		return fmt.Errorf("config: prefill_weight %v must be a finite number > 0", c.PrefillWeight)
+	case c.RequestTTL <= 0:
+		return fmt.Errorf("config: request_ttl %v must be positive", c.RequestTTL)
+	case c.PredictionTTL <= 0:
+		return fmt.Errorf("config: prediction_ttl %v must be positive", c.PredictionTTL)
+	case c.PredictionCapacity <= 0:
+		return fmt.Errorf("config: prediction_capacity %d must be positive", c.PredictionCapacity)
+	case c.ApproxCapacity <= 0:
+		return fmt.Errorf("config: approx_capacity %d must be positive", c.ApproxCapacity)
+	case c.MaxActivePrefillTokens < 0:
+		return fmt.Errorf("config: max_active_prefill_tokens %d must be >= 0 (0: off)", c.MaxActivePrefillTokens)
+	case c.MaxActiveDecodeBlocks < 0:
+		return fmt.Errorf("config: max_active_decode_blocks %d must be >= 0 (0: off)", c.MaxActiveDecodeBlocks)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("config: drain_timeout %v must be >= 0", c.DrainTimeout)
+	case c.IngestQueue < 0:
+		return fmt.Errorf("config: ingest_queue %d must be >= 0 (0: default)", c.IngestQueue)
+	}
+	for _, w := range []struct {
+		name string
+		v    float64
+	}{{"device", c.TierWeights.Device}, {"host", c.TierWeights.Host}, {"disk", c.TierWeights.Disk}, {"external", c.TierWeights.External}} {
+		if !(w.v >= 0 && w.v <= 1) {
+			return fmt.Errorf("config: tier_weights.%s %v must be within 0..1", w.name, w.v)
+		}
 	}
 	return nil
 }
