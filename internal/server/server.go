@@ -223,21 +223,27 @@ func (s *Server) Register(w *kvrouterv1.Worker) error {
 		return status.Errorf(codes.InvalidArgument, "worker.worker_id %q is already registered", w.WorkerId)
 	}
 	dp := int(max(w.DpSize, 1))
-	if err := s.router.AddWorker(scoring.Worker{
-		ID: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint, DPSize: dp,
-		Approximate: w.KvEventsEndpoint == "",
-	}); err != nil {
-		return grpcError(err)
-	}
+	// Events first: a worker whose subscription cannot start is never a
+	// candidate, not even for the Routes that would run before a rollback.
 	if w.KvEventsEndpoint != "" {
 		err := s.ingest.Add(ingest.Worker{
 			ID: w.WorkerId, Model: w.Model, KVEndpoint: w.KvEventsEndpoint,
 			ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic, DPSize: dp, BlockSize: int(w.BlockSize),
 		})
 		if err != nil {
-			s.router.RemoveWorker(w.WorkerId)
 			return status.Errorf(codes.InvalidArgument, "worker.kv_events_endpoint: %v", err)
 		}
+	}
+	if err := s.router.AddWorker(scoring.Worker{
+		ID: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint, DPSize: dp,
+		Approximate: w.KvEventsEndpoint == "",
+	}); err != nil {
+		if w.KvEventsEndpoint != "" {
+			if rerr := s.ingest.Remove(w.WorkerId); rerr != nil {
+				s.log.Warn("rolling back a registration", "worker", w.WorkerId, "err", rerr)
+			}
+		}
+		return grpcError(err)
 	}
 	stored := cloneWorker(w)
 	stored.DpSize = uint32(dp)
@@ -279,14 +285,37 @@ func validate(w *kvrouterv1.Worker) error {
 	if w.ReplayEndpoint != "" && w.KvEventsEndpoint == "" {
 		return bad("worker.replay_endpoint is set without worker.kv_events_endpoint")
 	}
+	last := int(max(w.DpSize, 1)) - 1
 	if w.KvEventsEndpoint != "" {
-		if _, err := ingest.RankEndpoint(w.KvEventsEndpoint, int(max(w.DpSize, 1))-1); err != nil {
+		if err := checkRankEndpoints(w.KvEventsEndpoint, last, false); err != nil {
 			return bad("worker.kv_events_endpoint %q: %v", w.KvEventsEndpoint, err)
 		}
 	}
 	if w.ReplayEndpoint != "" {
-		if _, err := ingest.RankEndpoint(w.ReplayEndpoint, int(max(w.DpSize, 1))-1); err != nil {
+		if err := checkRankEndpoints(w.ReplayEndpoint, last, true); err != nil {
 			return bad("worker.replay_endpoint %q: %v", w.ReplayEndpoint, err)
+		}
+	}
+	return nil
+}
+
+// checkRankEndpoints checks that ranks 0..last of ep are endpoints ingest can
+// use, so that an error names the right field before ingest starts. A replay
+// endpoint is always dialled (the engine binds it).
+func checkRankEndpoints(ep string, last int, replay bool) error {
+	for _, r := range []int{0, last} {
+		s, err := ingest.RankEndpoint(ep, r)
+		if err != nil {
+			return err
+		}
+		if replay {
+			if strings.HasPrefix(s, "@") {
+				return errors.New("the engine binds its replay socket; the router cannot")
+			}
+			s = ">" + strings.TrimPrefix(s, ">")
+		}
+		if _, err := ingest.ParseEndpoint(s); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -327,8 +356,11 @@ func (s *Server) UnregisterWorker(_ context.Context, req *kvrouterv1.UnregisterW
 		return nil, status.Errorf(codes.NotFound, "worker_id %q is not registered", id)
 	}
 	if w.KvEventsEndpoint != "" {
+		// Remove forgets the worker even when stopping its subscriptions
+		// fails, so the router forgets it too: failing here would leave a
+		// worker that no later UnregisterWorker could remove.
 		if err := s.ingest.Remove(id); err != nil {
-			return nil, status.Errorf(codes.Internal, "stop following worker %q: %v", id, err)
+			s.log.Warn("stop following worker", "worker", id, "err", err)
 		}
 	}
 	s.router.RemoveWorker(id)
