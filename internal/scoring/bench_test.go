@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -104,5 +105,41 @@ func BenchmarkHashPrompt(b *testing.B) {
 	b.SetBytes(int64(4 * len(toks)))
 	for b.Loop() {
 		out = normalize.HashPrompt(seed, toks, bs, nil, out[:0])
+	}
+}
+
+// BenchmarkRouteWithManyActive is a Route with request_id while 200,000 routed
+// requests are active and none has expired, with the clock moving a second per
+// call: what the once-a-second TTL check costs a Route when it runs.
+func BenchmarkRouteWithManyActive(b *testing.B) {
+	var t time.Time
+	clock := func() time.Time { t = t.Add(time.Second); return t }
+	r, err := New(Config{Index: radix.New(radix.Config{}), BlockSize: bs, Now: clock, RequestTTL: 1000 * time.Hour, Seed: 7})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for w := range 4 {
+		if err := r.AddWorker(Worker{ID: fmt.Sprint("w", w), Model: "m"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := &Prompt{Model: "m", Tokens: make([]uint32, 4*bs)}
+	rk := r.ranks[radix.Worker{ID: "w0"}]
+	for i := range 200_000 {
+		if err := r.load.add(fmt.Sprint("old", i), rk, 4, 4*bs, 4, clock().Add(r.cfg.RequestTTL)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		id := fmt.Sprint("new", i)
+		if _, err := r.Route(p, id, 0, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.MarkFinished(id); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }

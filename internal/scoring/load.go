@@ -7,19 +7,23 @@ import (
 )
 
 // loadTable tracks routed requests and the active load they put on ranks.
+// Requests also sit in a list in routing order, which (with one TTL for all)
+// is expiry order, so expiry looks only at the requests that expire.
 type loadTable struct {
-	mu        sync.Mutex
-	requests  map[string]*request
-	nextSweep time.Time
+	mu         sync.Mutex
+	requests   map[string]*request
+	head, tail *request // oldest, newest
 }
 
 type request struct {
+	id            string
 	rank          *rank
 	prefillBlocks int64
 	prefillTokens int64
 	decodeBlocks  int64
 	prefillDone   bool
 	expires       time.Time
+	prev, next    *request
 }
 
 func newLoadTable() *loadTable {
@@ -32,7 +36,15 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	if _, ok := t.requests[id]; ok {
 		return fmt.Errorf("%w: request_id %q is already active", ErrAlreadyExists, id)
 	}
-	t.requests[id] = &request{rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
+	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
+	t.requests[id] = q
+	q.prev = t.tail
+	if t.tail != nil {
+		t.tail.next = q
+	} else {
+		t.head = q
+	}
+	t.tail = q
 	rk.active++
 	rk.prefillBlocks += prefillBlocks
 	rk.prefillTokens += prefillTokens
@@ -62,13 +74,24 @@ func (t *loadTable) finish(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: request_id %q is not active (never routed, finished, or expired)", ErrNotFound, id)
 	}
-	t.release(id, q)
+	t.release(q)
 	return nil
 }
 
-// release removes q's load. The caller holds t.mu.
-func (t *loadTable) release(id string, q *request) {
-	delete(t.requests, id)
+// release removes q and its load. The caller holds t.mu.
+func (t *loadTable) release(q *request) {
+	delete(t.requests, q.id)
+	if q.prev != nil {
+		q.prev.next = q.next
+	} else {
+		t.head = q.next
+	}
+	if q.next != nil {
+		q.next.prev = q.prev
+	} else {
+		t.tail = q.prev
+	}
+	q.prev, q.next = nil, nil
 	q.rank.active--
 	if q.prefillDone {
 		q.rank.decodeBlocks -= q.decodeBlocks
@@ -78,27 +101,23 @@ func (t *loadTable) release(id string, q *request) {
 	}
 }
 
-// expire releases requests past their TTL; it scans at most once a second.
+// expire releases the requests past their TTL, oldest first. A clock that
+// stepped back can leave a request behind a younger one; it then expires
+// with that one.
 func (t *loadTable) expire(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if now.Before(t.nextSweep) {
-		return
-	}
-	t.nextSweep = now.Add(time.Second)
-	for id, q := range t.requests {
-		if now.After(q.expires) {
-			t.release(id, q)
-		}
+	for t.head != nil && now.After(t.head.expires) {
+		t.release(t.head)
 	}
 }
 
 func (t *loadTable) dropWorker(wk *worker) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id, q := range t.requests {
+	for _, q := range t.requests {
 		if q.rank.worker == wk {
-			t.release(id, q)
+			t.release(q)
 		}
 	}
 }

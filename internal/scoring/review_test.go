@@ -155,3 +155,37 @@ func TestPredictionRefreshAtSameInstant(t *testing.T) {
 func hashesOf(toks []uint32) []uint64 {
 	return normalize.HashPrompt(normalize.Seed("", ""), toks, bs, nil, nil)
 }
+
+// Requests expire one by one as their TTLs end, oldest first, whatever was
+// finished in between.
+func TestRequestsExpireInOrder(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisablePrediction = true; c.RequestTTL = time.Minute })
+	f.addWorker("a", "m", 1)
+	p := &Prompt{Model: "m", Tokens: tokens(1, 4*bs)}
+	for _, id := range []string{"r1", "r2", "r3", "r4"} {
+		if _, err := f.r.Route(p, id, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.advance(10 * time.Second)
+	}
+	if err := f.r.MarkFinished("r2"); err != nil {
+		t.Fatal(err)
+	}
+	// Now r1 is 40s old. 25s later r1 (65s) has expired, r3 (45s) and r4 (35s) have not.
+	f.clock.advance(25 * time.Second)
+	if l := f.r.Loads()[0]; l.Active != 2 || l.PrefillBlocks != 8 {
+		t.Fatalf("load = %+v; want r3 and r4 active (2 requests, 8 blocks)", l)
+	}
+	for id, want := range map[string]bool{"r1": false, "r3": true, "r4": true} {
+		if err := f.r.MarkPrefillDone(id); (err == nil) != want {
+			t.Errorf("MarkPrefillDone(%s) = %v; active %v", id, err, want)
+		}
+	}
+	f.clock.advance(20 * time.Second) // r3 65s, r4 55s
+	if l := f.r.Loads()[0]; l.Active != 1 || l.DecodeBlocks != 4 {
+		t.Fatalf("load = %+v; want r4 alone in decode", l)
+	}
+	if err := f.r.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

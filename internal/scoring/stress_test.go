@@ -54,6 +54,19 @@ func (r *Router) checkInvariants() error {
 		return fmt.Errorf("%d ranks in model lists, %d registered", inModels, nRanks)
 	}
 
+	listed := 0
+	for q, prev := r.load.head, (*request)(nil); q != nil; prev, q = q, q.next {
+		if q.prev != prev || r.load.requests[q.id] != q {
+			return fmt.Errorf("request list broken at %q", q.id)
+		}
+		if q.next == nil && r.load.tail != q {
+			return fmt.Errorf("request list tail is not its last request %q", q.id)
+		}
+		listed++
+	}
+	if listed != len(r.load.requests) {
+		return fmt.Errorf("%d requests listed, %d active", listed, len(r.load.requests))
+	}
 	type sums struct{ active, prefill, tokens, decode int64 }
 	want := map[*rank]*sums{}
 	for id, q := range r.load.requests {
