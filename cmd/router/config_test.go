@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,5 +47,13 @@ func TestConfigPartialTierWeights(t *testing.T) {
 	}
 	if want := (TierWeights{Device: 1, Host: 0.5, Disk: 0.25}); cfg.TierWeights != want {
 		t.Fatalf("tier weights %+v; want %+v", cfg.TierWeights, want)
+	}
+}
+
+// -h prints the usage and exits 0, as Go commands do.
+func TestHelpExitsZero(t *testing.T) {
+	out, err := exec.Command(binary, "-h").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "-grpc-addr") {
+		t.Fatalf("kvrouter -h: err=%v output=%s; want usage and exit 0", err, out)
 	}
 }
