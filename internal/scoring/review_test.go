@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -187,5 +188,63 @@ func TestRequestsExpireInOrder(t *testing.T) {
 	}
 	if err := f.r.checkInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The overlay of one rank behaves as an LRU set of keys of its capacity,
+// a prediction touching its keys last block first; checked against a plain
+// model over random predictions that repeat keys often (stale FIFO entries,
+// compaction).
+func TestOverlayMatchesLRUModel(t *testing.T) {
+	const capacity = 12
+	o := newOverlay()
+	rk := &rank{}
+	o.addRank(rk, capacity, time.Hour)
+	now := time.Unix(1_800_000_000, 0)
+	var model []uint64 // least recently used first
+	touch := func(k uint64) {
+		for i, m := range model {
+			if m == k {
+				model = append(model[:i], model[i+1:]...)
+				break
+			}
+		}
+		model = append(model, k)
+		if len(model) > capacity {
+			model = model[1:]
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range 3000 {
+		chain := make([]uint64, 1+rng.IntN(6))
+		base := uint64(rng.IntN(8)) * 100
+		for i := range chain {
+			chain[i] = base + uint64(i)
+		}
+		if step%7 == 0 { // same instant now and then
+			now = now.Add(time.Nanosecond)
+		}
+		o.predict(rk, chain, now)
+		for i := len(chain) - 1; i >= 0; i-- {
+			touch(chain[i])
+		}
+		live := map[uint64]bool{}
+		for k, hs := range o.keys {
+			if len(hs) != 1 || hs[0].slot != rk.slot {
+				t.Fatalf("step %d: key %d holders %+v", step, k, hs)
+			}
+			live[k] = true
+		}
+		if len(live) != len(model) {
+			t.Fatalf("step %d: overlay holds %d keys, LRU model %d", step, len(live), len(model))
+		}
+		for _, k := range model {
+			if !live[k] {
+				t.Fatalf("step %d: key %d evicted, but the LRU model keeps it", step, k)
+			}
+		}
+		if st := o.slots[rk.slot]; st.n > 2*capacity || st.n-st.stale > capacity {
+			t.Fatalf("step %d: FIFO %d entries, %d stale", step, st.n, st.stale)
+		}
 	}
 }
