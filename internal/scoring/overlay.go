@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,8 +30,12 @@ type overlay struct {
 }
 
 type holder struct {
-	slot    int32
-	expires int64 // unix nanoseconds
+	slot int32
+	// confirmed is set (atomically, under the read lock) once a match saw
+	// the rank's index hold the block: the prediction has done its job, and
+	// the index alone speaks for the block from then on.
+	confirmed uint32
+	expires   int64 // unix nanoseconds
 }
 
 type slotState struct {
@@ -180,6 +185,7 @@ func (o *overlay) predict(rk *rank, chain []uint64, now time.Time) {
 		for k := range hs {
 			if hs[k].slot == slot {
 				hs[k].expires = exp
+				hs[k].confirmed = 0 // predicted again: the engine lost it
 				found = true
 				st.stale++ // its previous FIFO entry
 				break
@@ -199,11 +205,13 @@ func (o *overlay) predict(rk *rank, chain []uint64, now time.Time) {
 	st.lastExp = exp
 }
 
-// extend raises depth[j] (each rank's leading matched blocks from the index)
-// with the rank's unexpired predictions: a rank at depth i that holds key i
-// moves to i+1. With eventsOff, only ranks without events use predictions.
-// The caller holds the Router's read lock (rank.idx is stable).
-func (o *overlay) extend(chain []uint64, ranks []*rank, depth []uint32, now time.Time, eventsOff bool) {
+// extend raises depth[j] (each rank's leading matched blocks from the index,
+// radixM[j]) with the rank's unexpired, unconfirmed predictions: a rank at
+// depth i that holds key i moves to i+1. A prediction of a block the rank's
+// index holds is marked confirmed and stops counting, so a later eviction by
+// the engine is not hidden by it. With eventsOff, only ranks without events
+// use predictions. The caller holds the Router's read lock (rank.idx is stable).
+func (o *overlay) extend(chain []uint64, ranks []*rank, radixM, depth []uint32, now time.Time, eventsOff bool) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	if len(o.keys) == 0 {
@@ -222,7 +230,8 @@ func (o *overlay) extend(chain []uint64, ranks []*rank, depth []uint32, now time
 			}
 			continue
 		}
-		for _, h := range hs {
+		for k := range hs {
+			h := &hs[k]
 			if h.expires <= nowNs {
 				continue
 			}
@@ -230,8 +239,15 @@ func (o *overlay) extend(chain []uint64, ranks []*rank, depth []uint32, now time
 			if rk == nil || (eventsOff && !rk.approximate) {
 				continue
 			}
-			if depth[rk.idx] == uint32(i) {
-				depth[rk.idx] = uint32(i) + 1
+			j := rk.idx
+			if radixM[j] > uint32(i) {
+				if atomic.LoadUint32(&h.confirmed) == 0 {
+					atomic.StoreUint32(&h.confirmed, 1)
+				}
+				continue
+			}
+			if depth[j] == uint32(i) && atomic.LoadUint32(&h.confirmed) == 0 {
+				depth[j] = uint32(i) + 1
 				deepest = max(deepest, uint32(i)+1)
 			}
 		}

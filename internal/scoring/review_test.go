@@ -248,3 +248,30 @@ func TestOverlayMatchesLRUModel(t *testing.T) {
 		}
 	}
 }
+
+// A prediction ends once the engine's events confirm it: when the engine
+// later evicts the blocks, the overlay does not keep claiming them.
+func TestConfirmedPredictionEndsBeforeItsTTL(t *testing.T) {
+	f := newFixture(t, nil)
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	toks := tokens(1, 8*bs)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine stores the first 6 blocks (confirming 6 of 8 predictions)...
+	f.store(d.WorkerID, 0, toks, 6, radix.TierDevice)
+	res, _ := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+	if s := scoreOf(t, res, d.WorkerID, 0); s.Matched != 8 || s.Predicted != 2 {
+		t.Fatalf("after the store: %+v; want 8 matched, 2 of them predicted", s)
+	}
+	// ...then evicts blocks 3..5 (engine hashes 4..6).
+	if err := f.index.Remove(radix.Worker{ID: d.WorkerID}, []uint64{4, 5, 6}, radix.TierDevice); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = f.r.Score(&Prompt{Model: "m", Tokens: toks})
+	if s := scoreOf(t, res, d.WorkerID, 0); s.Matched != 3 || s.Predicted != 0 {
+		t.Fatalf("after the eviction: %+v; want the 3 blocks still in the index and no prediction over the evicted ones", s)
+	}
+}

@@ -451,7 +451,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 	}
 	if len(s.hashes) > 0 {
 		s.chain = chainKeys(s.hashes, s.chain[:0])
-		r.overlay.extend(s.chain, ranks, s.depth, r.cfg.Now(), r.cfg.DisablePrediction)
+		r.overlay.extend(s.chain, ranks, s.radixM, s.depth, r.cfg.Now(), r.cfg.DisablePrediction)
 	}
 	return ranks, nil
 }
