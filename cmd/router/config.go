@@ -32,10 +32,11 @@ type Config struct {
 	MaxActiveDecodeBlocks  int64         `yaml:"max_active_decode_blocks"`
 	RequestTTL             time.Duration `yaml:"request_ttl"`
 
-	Predict            bool          `yaml:"predict"`
-	PredictionTTL      time.Duration `yaml:"prediction_ttl"`
-	PredictionCapacity int           `yaml:"prediction_capacity"`
-	ApproxCapacity     int           `yaml:"approx_capacity"`
+	Predict             bool          `yaml:"predict"`
+	PredictionTTL       time.Duration `yaml:"prediction_ttl"`
+	PredictionCapacity  int           `yaml:"prediction_capacity"`
+	PredictionMaxBlocks int           `yaml:"prediction_max_blocks"`
+	ApproxCapacity      int           `yaml:"approx_capacity"`
 
 	IngestQueue int `yaml:"ingest_queue"`
 
@@ -87,21 +88,22 @@ type WorkerConfig struct {
 
 func defaultConfig() Config {
 	return Config{
-		GRPCAddr:           ":50051",
-		HTTPAddr:           ":9090",
-		BlockSize:          16,
-		LogFormat:          "text",
-		LogLevel:           "info",
-		MaxPromptTokens:    262144,
-		DrainTimeout:       10 * time.Second,
-		PrefillWeight:      1.0,
-		TierWeights:        TierWeights{Device: 1.0, Host: 0.75, Disk: 0.25, External: 0},
-		RequestTTL:         5 * time.Minute,
-		Predict:            true,
-		PredictionTTL:      2 * time.Minute,
-		PredictionCapacity: 8192,
-		ApproxCapacity:     16384,
-		IngestQueue:        0,
+		GRPCAddr:            ":50051",
+		HTTPAddr:            ":9090",
+		BlockSize:           16,
+		LogFormat:           "text",
+		LogLevel:            "info",
+		MaxPromptTokens:     262144,
+		DrainTimeout:        10 * time.Second,
+		PrefillWeight:       1.0,
+		TierWeights:         TierWeights{Device: 1.0, Host: 0.75, Disk: 0.25, External: 0},
+		RequestTTL:          5 * time.Minute,
+		Predict:             true,
+		PredictionTTL:       2 * time.Minute,
+		PredictionCapacity:  8192,
+		PredictionMaxBlocks: 256,
+		ApproxCapacity:      16384,
+		IngestQueue:         0,
 	}
 }
 
@@ -122,6 +124,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.BoolVar(&c.Predict, "predict", c.Predict, "count a routed prompt's blocks as cached on the chosen worker until events confirm")
 	fs.DurationVar(&c.PredictionTTL, "prediction-ttl", c.PredictionTTL, "life of a predicted block")
 	fs.IntVar(&c.PredictionCapacity, "prediction-capacity", c.PredictionCapacity, "predicted blocks kept per rank of a worker with events")
+	fs.IntVar(&c.PredictionMaxBlocks, "prediction-max-blocks", c.PredictionMaxBlocks, "blocks one Route predicts past the chosen worker's matched prefix")
 	fs.IntVar(&c.ApproxCapacity, "approx-capacity", c.ApproxCapacity, "predicted blocks kept per rank of a worker without events")
 	fs.IntVar(&c.IngestQueue, "ingest-queue", c.IngestQueue, "batches queued per worker/rank before the reader waits (0: default)")
 }
@@ -187,6 +190,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: prediction_ttl %v must be positive", c.PredictionTTL)
 	case c.PredictionCapacity <= 0:
 		return fmt.Errorf("config: prediction_capacity %d must be positive", c.PredictionCapacity)
+	case c.PredictionMaxBlocks <= 0:
+		return fmt.Errorf("config: prediction_max_blocks %d must be positive", c.PredictionMaxBlocks)
 	case c.ApproxCapacity <= 0:
 		return fmt.Errorf("config: approx_capacity %d must be positive", c.ApproxCapacity)
 	case c.MaxActivePrefillTokens < 0:

@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		DisablePrediction:      !cfg.Predict,
 		PredictionTTL:          cfg.PredictionTTL,
 		PredictionCapacity:     cfg.PredictionCapacity,
+		PredictionMaxBlocks:    cfg.PredictionMaxBlocks,
 		ApproxCapacity:         cfg.ApproxCapacity,
 	})
 	if err != nil {

@@ -163,12 +163,26 @@ func (o *overlay) compact(st *slotState, slot int32) {
 // holds already. A rank removed meanwhile (its slot freed, perhaps reused by
 // another rank) is ignored.
 func (o *overlay) predict(rk *rank, chain []uint64, now time.Time) {
+	// The lock is taken per chunk so that concurrent Routes' lookups
+	// (extend) wait for one chunk at most, not for a whole long prompt.
+	// Chunks go from the last block to the first, like the keys within one.
+	const chunk = 64
+	for end := len(chain); end > 0; end -= chunk {
+		if !o.predictChunk(rk, chain[max(0, end-chunk):end], now) {
+			return
+		}
+	}
+}
+
+// predictChunk records one chunk of predict under the lock; it reports false
+// when rk has been removed.
+func (o *overlay) predictChunk(rk *rank, chain []uint64, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	slot := rk.slot
 	st := o.slots[slot]
 	if st == nil || st.rank != rk {
-		return
+		return false
 	}
 	nowNs := now.UnixNano()
 	// Expired entries leave first: FIFO order is expiry order.
@@ -203,6 +217,7 @@ func (o *overlay) predict(rk *rank, chain []uint64, now time.Time) {
 		}
 	}
 	st.lastExp = exp
+	return true
 }
 
 // extend raises depth[j] (each rank's leading matched blocks from the index,

@@ -50,6 +50,9 @@ type Config struct {
 	PredictionTTL time.Duration
 	// PredictionCapacity bounds predicted blocks per rank of a worker with events (8,192).
 	PredictionCapacity int
+	// PredictionMaxBlocks bounds the blocks one Route predicts, past the
+	// chosen rank's matched prefix (256, i.e. 4,096 tokens at block size 16).
+	PredictionMaxBlocks int
 	// ApproxCapacity bounds predicted blocks per rank of a worker without events,
 	// which is routed from predictions alone (16,384, LRU-evicted).
 	ApproxCapacity int
@@ -198,6 +201,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.PredictionTTL <= 0 {
 		cfg.PredictionTTL = 2 * time.Minute
+	}
+	if cfg.PredictionMaxBlocks <= 0 {
+		cfg.PredictionMaxBlocks = 256
 	}
 	if cfg.PredictionCapacity <= 0 {
 		cfg.PredictionCapacity = 8192
@@ -588,12 +594,17 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 			return nil, err
 		}
 	}
+	// Predictions cover at most PredictionMaxBlocks blocks past what the
+	// rank's index holds: enough for a burst sharing a new prefix to land
+	// together, without a long prompt's tail costing hundreds of overlay
+	// updates on every Route.
 	switch {
 	case chosen.approximate && len(s.chain) > 0:
 		// LRU: the prompt's blocks the rank already holds are refreshed too.
-		r.overlay.predict(chosen, s.chain, now)
+		r.overlay.predict(chosen, s.chain[:min(len(s.chain), r.cfg.PredictionMaxBlocks)], now)
 	case uncached > 0 && !r.cfg.DisablePrediction && !chosen.approximate:
-		r.overlay.predict(chosen, s.chain[matched:], now)
+		end := min(len(s.chain), int(matched)+r.cfg.PredictionMaxBlocks)
+		r.overlay.predict(chosen, s.chain[matched:end], now)
 	}
 	r.mu.RUnlock()
 	r.learnSlots(s.missed)

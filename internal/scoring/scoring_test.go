@@ -464,3 +464,21 @@ func TestSlotCacheFollowsReRegistration(t *testing.T) {
 		t.Fatalf("model m2 = %+v, %v; want a with 4", res, err)
 	}
 }
+
+func TestPredictionMaxBlocks(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.PredictionMaxBlocks = 5; c.PredictionTTL = time.Minute })
+	f.addWorker("a", "m", 1)
+	toks := tokens(1, 20*bs)
+	f.store("a", 0, toks, 3, radix.TierDevice)
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 blocks from the index, then 5 predicted past them, of 20.
+	if s := res.Scores[0]; s.Matched != 8 || s.Predicted != 5 {
+		t.Fatalf("score after route = %+v; want 8 matched, 5 predicted (cap 5 past the 3 held)", s)
+	}
+}
