@@ -101,7 +101,7 @@ func defaultConfig() Config {
 		Predict:             true,
 		PredictionTTL:       2 * time.Minute,
 		PredictionCapacity:  8192,
-		PredictionMaxBlocks: 256,
+		PredictionMaxBlocks: 64,
 		ApproxCapacity:      16384,
 		IngestQueue:         0,
 	}

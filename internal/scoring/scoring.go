@@ -51,7 +51,7 @@ type Config struct {
 	// PredictionCapacity bounds predicted blocks per rank of a worker with events (8,192).
 	PredictionCapacity int
 	// PredictionMaxBlocks bounds the blocks one Route predicts, past the
-	// chosen rank's matched prefix (256, i.e. 4,096 tokens at block size 16).
+	// chosen rank's matched prefix (64, i.e. 1,024 tokens at block size 16).
 	PredictionMaxBlocks int
 	// ApproxCapacity bounds predicted blocks per rank of a worker without events,
 	// which is routed from predictions alone (16,384, LRU-evicted).
@@ -203,7 +203,7 @@ func New(cfg Config) (*Router, error) {
 		cfg.PredictionTTL = 2 * time.Minute
 	}
 	if cfg.PredictionMaxBlocks <= 0 {
-		cfg.PredictionMaxBlocks = 256
+		cfg.PredictionMaxBlocks = 64
 	}
 	if cfg.PredictionCapacity <= 0 {
 		cfg.PredictionCapacity = 8192
