@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +18,23 @@ import (
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
+
+// demoTrace is the first 300 requests of the Mooncake conversation trace
+// (kvcache-ai/Mooncake, FAST25-release/traces, Apache-2.0), so that `make run`
+// works from a clone without ../shared/.
+//
+//go:embed demo_trace.jsonl
+var demoTrace []byte
+
+// loadDemoTrace reads the trace at path, or the embedded slice when there is
+// no file there.
+func loadDemoTrace(path string, limit int, log *slog.Logger) ([]trace.Request, error) {
+	if _, err := os.Stat(path); err == nil {
+		return trace.Load(path, limit)
+	}
+	log.Info("trace file not found; using the embedded 300-request slice of the Mooncake conversation trace", "path", path)
+	return trace.Parse(bytes.NewReader(demoTrace), limit)
+}
 
 // runDemo starts the router and a few simulated engines and replays a trace
 // slice in a loop until ctx ends.
@@ -40,7 +59,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	reqs, err := trace.Load(findTrace(*tracePath), *slice)
+	reqs, err := loadDemoTrace(findTrace(*tracePath), *slice, log)
 	if err != nil {
 		return err
 	}
