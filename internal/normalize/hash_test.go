@@ -140,34 +140,44 @@ func TestBlockHashAllocs(t *testing.T) {
 // Test vectors for gateways in other languages: testdata/hash_vectors.json,
 // rewritten with -update. Every 64-bit value is a "0x"-prefixed hex string.
 type hashVectors struct {
-	Comment string `json:"comment"`
-	Seeds   []struct {
-		LoRA      string `json:"lora_name"`
-		Namespace string `json:"cache_namespace"`
-		Seed      string `json:"seed"`
-	} `json:"seeds"`
-	MMHashes []struct {
-		ID   string `json:"id"`
-		Hash string `json:"hash"`
-	} `json:"mm_hashes"`
-	BlockHashes []struct {
-		Seed   string   `json:"seed"`
-		Tokens []uint32 `json:"tokens"`
-		MM     []string `json:"mm"`
-		Hash   string   `json:"hash"`
-	} `json:"block_hashes"`
-	Prompts []struct {
-		LoRA      string   `json:"lora_name"`
-		Namespace string   `json:"cache_namespace"`
-		BlockSize int      `json:"block_size"`
-		Tokens    []uint32 `json:"tokens"`
-		MMItems   []struct {
-			ID     string `json:"id"`
-			Offset uint32 `json:"offset"`
-			Length uint32 `json:"length"`
-		} `json:"mm_items"`
-		Hashes []string `json:"hashes"`
-	} `json:"prompts"`
+	Comment     string         `json:"comment"`
+	Seeds       []seedVector   `json:"seeds"`
+	MMHashes    []mmVector     `json:"mm_hashes"`
+	BlockHashes []blockVector  `json:"block_hashes"`
+	Prompts     []promptVector `json:"prompts"`
+}
+
+type seedVector struct {
+	LoRA      string `json:"lora_name"`
+	Namespace string `json:"cache_namespace"`
+	Seed      string `json:"seed"`
+}
+
+type mmVector struct {
+	ID   string `json:"id"`
+	Hash string `json:"hash"`
+}
+
+type blockVector struct {
+	Seed   string   `json:"seed"`
+	Tokens []uint32 `json:"tokens"`
+	MM     []string `json:"mm"`
+	Hash   string   `json:"hash"`
+}
+
+type promptVector struct {
+	LoRA      string         `json:"lora_name"`
+	Namespace string         `json:"cache_namespace"`
+	BlockSize int            `json:"block_size"`
+	Tokens    []uint32       `json:"tokens"`
+	MMItems   []promptMMItem `json:"mm_items"`
+	Hashes    []string       `json:"hashes"`
+}
+
+type promptMMItem struct {
+	ID     string `json:"id"`
+	Offset uint32 `json:"offset"`
+	Length uint32 `json:"length"`
 }
 
 func hx(v uint64) string { return fmt.Sprintf("%#016x", v) }
@@ -254,21 +264,14 @@ func writeHashVectors(t *testing.T) {
 	var v hashVectors
 	v.Comment = "kvrouter router block hash test vectors; see the README section Router block hash. 64-bit values are hex strings."
 	for _, s := range [][2]string{{"", ""}, {"sql-lora", ""}, {"", "tenant-a"}, {"sql-lora", "tenant-a"}, {"é", "\x00"}} {
-		v.Seeds = append(v.Seeds, struct {
-			LoRA      string `json:"lora_name"`
-			Namespace string `json:"cache_namespace"`
-			Seed      string `json:"seed"`
-		}{s[0], s[1], hx(Seed(s[0], s[1]))})
+		v.Seeds = append(v.Seeds, seedVector{s[0], s[1], hx(Seed(s[0], s[1]))})
 	}
 	for _, id := range []string{
 		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 		"FEDCBA98765432100123456789abcdef0123456789abcdef0123456789abcdef",
 		"img-77", "", "0123456789abcdef",
 	} {
-		v.MMHashes = append(v.MMHashes, struct {
-			ID   string `json:"id"`
-			Hash string `json:"hash"`
-		}{id, hx(MMHash(id))})
+		v.MMHashes = append(v.MMHashes, mmVector{id, hx(MMHash(id))})
 	}
 	for _, c := range []struct {
 		seed   uint64
@@ -287,18 +290,9 @@ func writeHashVectors(t *testing.T) {
 		for _, h := range c.mm {
 			mm = append(mm, hx(h))
 		}
-		v.BlockHashes = append(v.BlockHashes, struct {
-			Seed   string   `json:"seed"`
-			Tokens []uint32 `json:"tokens"`
-			MM     []string `json:"mm"`
-			Hash   string   `json:"hash"`
-		}{hx(c.seed), c.tokens, mm, hx(BlockHash(c.seed, c.tokens, c.mm))})
+		v.BlockHashes = append(v.BlockHashes, blockVector{hx(c.seed), c.tokens, mm, hx(BlockHash(c.seed, c.tokens, c.mm))})
 	}
-	type item = struct {
-		ID     string `json:"id"`
-		Offset uint32 `json:"offset"`
-		Length uint32 `json:"length"`
-	}
+	type item = promptMMItem
 	for _, c := range []struct {
 		lora, ns string
 		bs       int
@@ -318,18 +312,7 @@ func writeHashVectors(t *testing.T) {
 		for _, h := range HashPrompt(Seed(c.lora, c.ns), c.tokens, c.bs, items, nil) {
 			hs = append(hs, hx(h))
 		}
-		v.Prompts = append(v.Prompts, struct {
-			LoRA      string   `json:"lora_name"`
-			Namespace string   `json:"cache_namespace"`
-			BlockSize int      `json:"block_size"`
-			Tokens    []uint32 `json:"tokens"`
-			MMItems   []struct {
-				ID     string `json:"id"`
-				Offset uint32 `json:"offset"`
-				Length uint32 `json:"length"`
-			} `json:"mm_items"`
-			Hashes []string `json:"hashes"`
-		}{c.lora, c.ns, c.bs, c.tokens, c.items, hs})
+		v.Prompts = append(v.Prompts, promptVector{c.lora, c.ns, c.bs, c.tokens, c.items, hs})
 	}
 	data, err := json.MarshalIndent(&v, "", "  ")
 	if err != nil {
