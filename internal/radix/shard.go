@@ -386,4 +386,18 @@ func pathKey(parent, h uint64) uint64 {
 	return fmix64(parent ^ (h * 0x9e3779b97f4a7c15))
 }
 
+// PrefixKeys appends to out one key per block hash: the key of the prefix up
+// to and including that block, chained from the root as the index keys its
+// nodes. Equal prefixes give equal keys; distinct prefixes collide with
+// probability about 2^-64 a pair (the index itself tells collisions apart by
+// parent, a caller keying its own table by these keys accepts that chance).
+func PrefixKeys(blockHashes []uint64, out []uint64) []uint64 {
+	k := uint64(rootKey)
+	for _, h := range blockHashes {
+		k = pathKey(k, h)
+		out = append(out, k)
+	}
+	return out
+}
+
 func mixEntry(e uint64) uint64 { return fmix64(e ^ 0x5bd1e9955bd1e995) }

@@ -54,3 +54,26 @@ func TestPathKeyCollision(t *testing.T) {
 		t.Fatalf("shard not empty: live %d keys %d chunks %d", s.live, s.kids.len(), len(s.chunks))
 	}
 }
+
+// TestPrefixKeys checks that a prefix's key depends on the whole prefix and
+// only on it.
+func TestPrefixKeys(t *testing.T) {
+	ab := PrefixKeys([]uint64{1, 2}, nil)
+	a := PrefixKeys([]uint64{1}, nil)
+	ba := PrefixKeys([]uint64{2, 1}, nil)
+	if len(ab) != 2 || ab[0] != a[0] {
+		t.Fatalf("keys of [1 2] = %x; the first must equal the key of [1] (%x)", ab, a)
+	}
+	if ab[1] == ba[1] || ab[0] == ab[1] || ba[0] == a[0] {
+		t.Fatalf("keys do not tell prefixes apart: [1 2] %x, [2 1] %x", ab, ba)
+	}
+	ix := New(Config{})
+	w := Worker{ID: "w"}
+	if err := ix.Store(w, 0, false, TierDevice, []Block{{EngineHash: 7, BlockHash: 1}, {EngineHash: 8, BlockHash: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	sh := ix.shards[ix.shardOf(1)]
+	if _, ok := sh.lookup(rootID, ab[0]); !ok {
+		t.Fatal("the index does not key block 1's node by PrefixKeys([1])[0]")
+	}
+}

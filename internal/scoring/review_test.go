@@ -68,7 +68,7 @@ func TestPredictionForRemovedRankIsDropped(t *testing.T) {
 		t.Fatalf("b got overlay slot %d, not a's freed slot %d; the test needs the reuse", nb.slot, old.slot)
 	}
 	toks := tokens(1, 4*bs)
-	f.r.overlay.predict(old, chainKeys(hashesOf(toks), nil), f.clock.now())
+	f.r.overlay.predict(old, radix.PrefixKeys(hashesOf(toks), nil), f.clock.now())
 	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 	if err != nil {
 		t.Fatal(err)

@@ -456,7 +456,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		}
 	}
 	if len(s.hashes) > 0 {
-		s.chain = chainKeys(s.hashes, s.chain[:0])
+		s.chain = radix.PrefixKeys(s.hashes, s.chain[:0])
 		r.overlay.extend(s.chain, ranks, s.radixM, s.depth, r.cfg.Now(), r.cfg.DisablePrediction)
 	}
 	return ranks, nil
@@ -707,24 +707,4 @@ func (r *Router) Loads() []Load {
 			PrefillBlocks: rk.prefillBlocks, PrefillTokens: rk.prefillTokens, DecodeBlocks: rk.decodeBlocks})
 	}
 	return out
-}
-
-// chainKeys returns one key per block that names the whole prefix up to it.
-func chainKeys(hashes []uint64, out []uint64) []uint64 {
-	var k uint64 = 0x243f6a8885a308d3
-	for _, h := range hashes {
-		k = fmix64(k*0x9e3779b97f4a7c15 ^ h)
-		out = append(out, k)
-	}
-	return out
-}
-
-// fmix64 is MurmurHash3's 64-bit finalizer.
-func fmix64(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
 }
