@@ -1,12 +1,12 @@
 package scoring
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -421,6 +421,12 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 	s.byTier = resize(s.byTier, n)
 	clear(s.radixM)
 	clear(s.byTier)
+	const unknown = ^uint64(0)
+	if withCached {
+		for j := range s.cached {
+			s.cached[j] = unknown
+		}
+	}
 	if len(s.hashes) > 0 {
 		s.matches = r.cfg.Index.Match(s.hashes, s.matches[:0])
 	} else {
@@ -448,11 +454,15 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		j := rk.idx
 		s.radixM[j] = m.Matched
 		s.byTier[j] = m.ByTier
+		s.cached[j] = m.Cached
 	}
 	copy(s.depth, s.radixM)
 	if withCached {
+		// Match reported the index size of every rank it scored; ask only for the rest.
 		for j, rk := range ranks {
-			s.cached[j] = r.cfg.Index.Cached(rk.key)
+			if s.cached[j] == unknown {
+				s.cached[j] = r.cfg.Index.Cached(rk.key)
+			}
 		}
 	}
 	if len(s.hashes) > 0 {
@@ -499,7 +509,7 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 	}
 	r.mu.RUnlock()
 	r.learnSlots(s.missed)
-	sort.SliceStable(res.Scores, func(a, b int) bool { return res.Scores[a].Matched > res.Scores[b].Matched })
+	slices.SortStableFunc(res.Scores, func(a, b WorkerScore) int { return cmp.Compare(b.Matched, a.Matched) })
 	return res, nil
 }
 

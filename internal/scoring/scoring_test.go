@@ -91,6 +91,7 @@ func TestScoreOverlapPerWorkerAndModel(t *testing.T) {
 	f.store("a", 0, toks, 4, radix.TierDevice)
 	f.store("b", 1, toks, 10, radix.TierHost)
 	f.store("other", 0, toks, 10, radix.TierDevice)
+	f.store("b", 0, tokens(90000, 3*bs), 3, radix.TierDevice) // blocks of another prompt
 
 	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 	if err != nil {
@@ -108,8 +109,8 @@ func TestScoreOverlapPerWorkerAndModel(t *testing.T) {
 	if s := scoreOf(t, res, "a", 0); s.Matched != 4 || s.ByTier[radix.TierDevice] != 4 || s.Cached != 4 {
 		t.Errorf("a/0 = %+v; want 4 matched on device, 4 cached", s)
 	}
-	if s := scoreOf(t, res, "b", 0); s.Matched != 0 {
-		t.Errorf("b/0 = %+v; want 0", s)
+	if s := scoreOf(t, res, "b", 0); s.Matched != 0 || s.Cached != 3 {
+		t.Errorf("b/0 = %+v; want 0 matched, 3 cached (its other prompt)", s)
 	}
 
 	// block_hashes computed by the client give the same answer.
