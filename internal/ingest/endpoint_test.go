@@ -159,15 +159,16 @@ func TestDataParallelRanks(t *testing.T) {
 	}
 	for r := range gp {
 		e := newEngine(uint64(50 + r))
-		// Warm up rank r.
+		// Warm up rank r: publish until a batch sent one poll interval ago
+		// has arrived (the subscription drops batches until it is set up).
 		deadline := waitDeadline()
-		for {
-			seq := gp[r].publishRank(t, nil, r)
-			if seq > 0 && rankSeen(m, id, r, seq) {
+		for sent := uint64(0); ; {
+			if sent > 0 && rankSeen(m, id, r, sent) {
 				break
 			}
+			sent = gp[r].publishRank(t, nil, r)
 			if deadlinePassed(deadline) {
-				t.Fatalf("rank %d never received a batch", r)
+				t.Fatalf("rank %d never received a batch: %+v", r, m.Status(id))
 			}
 		}
 		var seq uint64
