@@ -69,3 +69,45 @@ func TestU64Map(t *testing.T) {
 		t.Fatalf("after the delete phase: %d keys, %d slots", len(ref), len(m.slots))
 	}
 }
+
+// TestU64MapLarge grows a map to 150,000 keys, checks every key, and deletes
+// them all in random order through every shrink, which must not thrash.
+func TestU64MapLarge(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var m u64map
+	keys := make([]uint64, 150000)
+	for i := range keys {
+		keys[i] = r.Uint64() | 1
+		m.set(keys[i], uint64(i))
+	}
+	for i, k := range keys {
+		if v, ok := m.get(k); !ok || v != uint64(i) {
+			t.Fatalf("get(%x) = %d, %v; want %d", k, v, ok, i)
+		}
+	}
+	resizes, last := 0, len(m.slots)
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	for i, k := range keys {
+		m.del(k)
+		if len(m.slots) != last {
+			resizes++
+			last = len(m.slots)
+		}
+		if m.len() != len(keys)-i-1 {
+			t.Fatalf("after %d deletes len %d", i+1, m.len())
+		}
+		if i%10000 == 0 {
+			for _, k2 := range keys[i+1:] {
+				if _, ok := m.get(k2); !ok {
+					t.Fatalf("after %d deletes %x is gone", i+1, k2)
+				}
+			}
+		}
+	}
+	if m.slots != nil {
+		t.Fatalf("empty map keeps %d slots", len(m.slots))
+	}
+	if resizes > 20 {
+		t.Fatalf("%d resizes while deleting 150,000 keys: shrinking thrashes", resizes)
+	}
+}

@@ -289,7 +289,12 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 	cur := -1
 	var memo setMemo
 	missing, applied, dups := 0, 0, 0
+	var sink uint64
 	for _, eh := range hashes {
+		sink += ws.blocks.first(eh) // overlap the worker-map misses of the batch
+	}
+	ws.sink += sink
+	for i, eh := range hashes {
 		p := ws.blocks.find(eh)
 		if p == nil || (dir < 0 && binding(*p).copies(tier) == 0) {
 			missing++
@@ -321,6 +326,7 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 			cur, sh = b.shard(), ix.shards[b.shard()]
 			sh.mu.Lock()
 			memo = setMemo{}
+			sh.touchRemoves(ws, cur, hashes[i:])
 		}
 		sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo)
 		if b.empty() {

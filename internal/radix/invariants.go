@@ -132,6 +132,16 @@ func (ix *Index) CheckInvariants() error {
 		if sh.kids.len()+len(sh.over) != live {
 			fail("shard %d: %d keys for %d live nodes", si, sh.kids.len()+len(sh.over), live)
 		}
+		sh.kids.all(func(k, v uint64) {
+			id := uint32(v)
+			if id >= sh.next || free[id] || sh.key(id) != k {
+				fail("shard %d: child-map key %x names node %d, which is free or keyed otherwise", si, k, id)
+				return
+			}
+			if set := uint32(v >> 32); set != sh.meta(id).set {
+				fail("shard %d: child-map slot of node %d says set %d, the node set %d", si, id, set, sh.meta(id).set)
+			}
+		})
 		freeSet := make(map[uint32]bool)
 		for _, id := range sh.freeSets {
 			freeSet[id] = true

@@ -51,7 +51,14 @@ func (ix *Index) putScratch(s *matchScratch) { s.busy.Store(false) }
 // best tier held, Cached is its index size. Scores are appended to out[:0] in
 // worker-slot order; nothing is allocated when out has the capacity.
 //
-// The walk takes one shard's read lock and one child-map probe per depth.
+// The walk takes one shard's read lock and one child-map probe per depth; the
+// probed slot holds the node's holder set id, so the node itself is not read.
+// A prefix is identified by its 64-bit path key: while no two live nodes of
+// the shard share a key (they are then told apart by parent), a prompt prefix
+// the index does not hold is taken for another prefix only if their keys
+// collide, a chance of about 2^-64 per indexed prefix and probe, the same
+// order as two token blocks sharing a 64-bit block hash, which no index of
+// block hashes can tell apart either.
 // Where the next node points to the same interned holder set as the last (the
 // common case along a shared prefix) nobody can leave and that is all. Only
 // where the set changes are the active workers merged against it: runs of
@@ -94,7 +101,11 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	// The walk goes in windows: first the child-map probes of a whole window,
 	// which do not depend on each other, so their cache misses overlap; then
 	// the nodes themselves, checked against their parents.
-	var ids [matchWindow]uint32
+	var ids, sets [matchWindow]uint32 // the current window's nodes and their holder sets
+	// Two live nodes of this shard share a path key: check every node's
+	// parent, as lookup does. Otherwise a probe that finds the key has found
+	// the prefix (see Match's doc on collisions).
+	collided := len(sh.over) > 0
 	var keys [matchWindow]uint64 // the current window's keys, then its found nodes' keys
 	var next [matchWindow]uint64 // the next window's keys, already touched
 	// touch computes the path keys of the window starting at depth from,
@@ -124,29 +135,24 @@ walk:
 			if !ok {
 				break
 			}
-			ids[m], keys[m] = uint32(v), k
+			ids[m], sets[m], keys[m] = uint32(v), uint32(v>>32), k
 			m++
 		}
-		var sink uint64
-		for x := range m {
-			sink += uint64(sh.meta(ids[x]).set)
-		}
-		scr.sink += sink
 		// Software pipelining: the next window's probes go out while this
 		// window's nodes are checked and merged.
 		if m == end-start && end < len(blockHashes) {
 			touch(end, keys[m-1])
 		}
 		for x := range m {
-			nid := ids[x]
-			if sh.meta(nid).parent != id {
+			nid, s := ids[x], sets[x]
+			if collided && sh.meta(nid).parent != id {
 				var ok bool // a path-key collision: the node is in the overflow map, if anywhere
 				if nid, ok = sh.lookup(id, keys[x]); !ok {
 					break walk
 				}
+				s = sh.meta(nid).set
 			}
 			id = nid
-			s := sh.meta(nid).set
 			if s == cur {
 				d++
 				continue

@@ -53,14 +53,17 @@ const (
 	rootKey = 0x6b76726f75746572 // "kvrouter"
 )
 
+// nodeMeta is a node. Its path key sits on the same cache line as the rest:
+// a writer that changes a node's holders also rewrites its child-map slot,
+// found by that key.
 type nodeMeta struct {
+	key    uint64 // path key (rootKey for the root)
 	parent uint32 // noParent for the root and for free nodes
 	set    uint32 // holder set id; emptySet when no worker holds the node
 	nchild uint32 // live children
 }
 
 type nodeChunk struct {
-	key  [chunkSize]uint64
 	meta [chunkSize]nodeMeta
 }
 
@@ -139,7 +142,7 @@ func (s *shard) key(id uint32) uint64 {
 	if id == rootID {
 		return rootKey
 	}
-	return s.chunks[id>>chunkBits].key[id&chunkMask]
+	return s.chunks[id>>chunkBits].meta[id&chunkMask].key
 }
 
 // lookup finds the child of parent whose path key is k.
@@ -187,6 +190,33 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 	return keys
 }
 
+// touchRemoves touches, before a remove batch changes them, the nodes bound
+// to the leading engine hashes of ws that lie in this shard (si), and then
+// their child-map slots, so that the batch's cache misses overlap instead of
+// coming one after another. It stops at the first hash bound elsewhere (so a
+// batch is touched once in all) and is only loads: the caller holds the
+// shard's lock and ws's.
+func (s *shard) touchRemoves(ws *workerState, si int, hashes []uint64) {
+	if len(hashes) < 2 || len(s.chunks) == 0 {
+		return
+	}
+	n := 0
+	var sink uint64
+	for _, eh := range hashes {
+		v, ok := ws.blocks.get(eh)
+		if !ok || binding(v).shard() != si {
+			break
+		}
+		sink += s.key(binding(v).node())
+		n++
+	}
+	for _, eh := range hashes[:n] {
+		v, _ := ws.blocks.get(eh)
+		sink += s.kids.first(s.key(binding(v).node()))
+	}
+	s.sink += sink
+}
+
 // child finds or creates the child of parent whose path key is k.
 func (s *shard) child(parent uint32, k uint64) uint32 {
 	if id, ok := s.lookup(parent, k); ok {
@@ -194,8 +224,7 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 	}
 	if len(s.chunks) == 0 {
 		c := new(nodeChunk)
-		c.key[rootID] = rootKey
-		c.meta[rootID] = nodeMeta{parent: noParent}
+		c.meta[rootID] = nodeMeta{key: rootKey, parent: noParent}
 		s.chunks = append(s.chunks, c)
 	}
 	var id uint32
@@ -209,8 +238,7 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 			s.chunks = append(s.chunks, new(nodeChunk))
 		}
 	}
-	s.chunks[id>>chunkBits].key[id&chunkMask] = k
-	*s.meta(id) = nodeMeta{parent: parent}
+	*s.meta(id) = nodeMeta{key: k, parent: parent}
 	s.meta(parent).nchild++
 	if p, taken := s.kids.ref(k); taken {
 		if s.over == nil {
@@ -218,10 +246,22 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 		}
 		s.over[ovKey{parent, k}] = id
 	} else {
-		*p = uint64(id)
+		*p = kidValue(id, emptySet)
 	}
 	s.live++
 	return id
+}
+
+// kidValue is a child-map value: the node id and, so that Match finds a
+// node's holders in the slot it probes, its holder set id.
+func kidValue(id, set uint32) uint64 { return uint64(id) | uint64(set)<<32 }
+
+// slotSet records node id's new holder set in its child-map slot (a node in
+// the overflow map has none: Match reads those through lookup).
+func (s *shard) slotSet(id, set uint32) {
+	if p := s.kids.find(s.key(id)); p != nil && uint32(*p) == id {
+		*p = kidValue(id, set)
+	}
 }
 
 // release frees id and then every ancestor left with no holder and no child.
@@ -237,7 +277,7 @@ func (s *shard) release(id uint32) {
 			for ok2, oid := range s.over {
 				if ok2.key == k {
 					delete(s.over, ok2)
-					s.kids.set(k, uint64(oid))
+					s.kids.set(k, kidValue(oid, s.meta(oid).set))
 					break
 				}
 			}
@@ -283,6 +323,9 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) {
 		s.sets[nw].refs++
 	}
 	m.set = nw
+	if nw != emptySet || m.nchild != 0 {
+		s.slotSet(id, nw) // (a node left to nobody and without children is freed below)
+	}
 	if old != emptySet {
 		hs := &s.sets[old]
 		hs.refs--

@@ -19,6 +19,8 @@ type workerState struct {
 	stores, removes, blocksStored, blocksRemoved atomic.Uint64
 	parentNotFound, invalid, blockNotFound       atomic.Uint64
 	dupStore                                     atomic.Uint64
+
+	sink uint64 // keeps prefetching loads alive
 }
 
 // A binding packs where an engine hash sits and how many copies it has per
