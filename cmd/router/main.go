@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()))
+	gs := grpc.NewServer(srv.GRPCOptions()...)
 	srv.RegisterServices(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

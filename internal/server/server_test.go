@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()))
+	gs := grpc.NewServer(srv.GRPCOptions()...)
 	srv.RegisterServices(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
