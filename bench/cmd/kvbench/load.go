@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -334,7 +335,7 @@ func runLoad(ctx context.Context, args []string) error {
 		defer cs[i].Close()
 	}
 	applied0, _ := replay.EventsApplied(ctx, reg, *model)
-	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients)
+	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, router)
 	if err != nil {
 		return err
 	}
@@ -348,10 +349,25 @@ func runLoad(ctx context.Context, args []string) error {
 	fmt.Printf("  service time:          p50 %v  p99 %v  p999 %v  max %v\n", svc.P50, svc.P99, svc.P999, svc.Max)
 	fmt.Printf("  events applied by the router during the run: %d (%.0f/s)\n", applied1-applied0,
 		float64(applied1-applied0)/(*duration+*warmup).Seconds())
+	if res.routerCPU > 0 && res.done > 0 {
+		// Over the measured window: Route handling, gRPC and the events applied meanwhile.
+		per := res.routerCPU / time.Duration(res.done)
+		fmt.Printf("  router CPU: %.2f cores, %v per Route (gRPC, Route and the events applied meanwhile): one core serves %.0f/s; kvbench itself %.2f cores\n",
+			res.routerCPU.Seconds()/res.measured.Seconds(), per, float64(time.Second)/float64(per), res.selfCPU.Seconds()/res.measured.Seconds())
+	}
 	if res.firstErr != "" {
 		fmt.Printf("  first error: %s\n", res.firstErr)
 	}
 	return nil
+}
+
+// selfCPU returns the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type loadResult struct {
@@ -360,12 +376,15 @@ type loadResult struct {
 	achieved         float64
 	meanMatched      float64
 	firstErr         string
+	// CPU time over the measured window (after the warm-up), when known.
+	routerCPU, selfCPU time.Duration
+	measured           time.Duration
 }
 
 // generate sends Route requests open-loop: request i is due at start +
 // i/rate; latency counts from the due time, so a stalled server cannot hide
 // its queue (no coordinated omission).
-func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int) (*loadResult, error) {
+func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int, router *replay.Router) (*loadResult, error) {
 	if rate <= 0 || clients <= 0 {
 		return nil, errors.New("load: rate and clients must be positive")
 	}
@@ -378,6 +397,19 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 	var mu sync.Mutex
 	var matched, measured int64
 	var lastDone time.Time
+	// CPU time is sampled when the warm-up ends and when the last request is done.
+	var cpuMu sync.Mutex
+	var router0, self0 time.Duration
+	sampled := false
+	warmEnd := time.AfterFunc(time.Until(start.Add(warmup)), func() {
+		cpuMu.Lock()
+		defer cpuMu.Unlock()
+		if router != nil {
+			router0, _ = router.CPUTime()
+		}
+		self0, sampled = selfCPU(), true
+	})
+	defer warmEnd.Stop()
 	var wg sync.WaitGroup
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
@@ -436,6 +468,17 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	cpuMu.Lock()
+	if sampled {
+		res.measured = lastDone.Sub(start.Add(warmup))
+		res.selfCPU = selfCPU() - self0
+		if router != nil {
+			if c, err := router.CPUTime(); err == nil && router0 > 0 {
+				res.routerCPU = c - router0
+			}
+		}
+	}
+	cpuMu.Unlock()
 	if el := lastDone.Sub(start.Add(warmup)); el > 0 {
 		res.achieved = float64(res.done) / el.Seconds()
 	}
