@@ -95,7 +95,7 @@ func defaultConfig() Config {
 		LogLevel:            "info",
 		MaxPromptTokens:     262144,
 		DrainTimeout:        10 * time.Second,
-		PrefillWeight:       1.0,
+		PrefillWeight:       2.0,
 		TierWeights:         TierWeights{Device: 1.0, Host: 0.75, Disk: 0.25, External: 0},
 		RequestTTL:          5 * time.Minute,
 		Predict:             true,

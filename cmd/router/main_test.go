@@ -231,13 +231,13 @@ func TestBinaryConfigFile(t *testing.T) {
 func TestFlagsOverrideFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.yaml")
-	os.WriteFile(path, []byte("block_size: 32\nprefill_weight: 2\n"), 0o644)
+	os.WriteFile(path, []byte("block_size: 32\nprefill_weight: 3\n"), 0o644)
 	cfg, err := loadConfig([]string{"--config", path, "--block-size", "64"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.BlockSize != 64 || cfg.PrefillWeight != 2 || cfg.GRPCAddr != ":50051" {
-		t.Fatalf("got block_size %d prefill_weight %v grpc_addr %q; want 64 (flag), 2 (file), :50051 (default)", cfg.BlockSize, cfg.PrefillWeight, cfg.GRPCAddr)
+	if cfg.BlockSize != 64 || cfg.PrefillWeight != 3 || cfg.GRPCAddr != ":50051" {
+		t.Fatalf("got block_size %d prefill_weight %v grpc_addr %q; want 64 (flag), 3 (file), :50051 (default)", cfg.BlockSize, cfg.PrefillWeight, cfg.GRPCAddr)
 	}
 	if _, err := loadConfig([]string{"--tier-weights", "1,2"}, io.Discard); err == nil {
 		t.Fatal("--tier-weights with two values accepted")

@@ -30,7 +30,9 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	t.Helper()
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	idx := radix.New(radix.Config{CheckInvariants: true})
-	cfg := Config{Index: idx, BlockSize: bs, Now: clock.now, Seed: 42}
+	// The tests' cost arithmetic is in prefill blocks at weight 1 (the
+	// default is 2; TestDefaultPrefillWeight checks it).
+	cfg := Config{Index: idx, BlockSize: bs, Now: clock.now, Seed: 42, PrefillWeight: 1}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -132,6 +134,21 @@ func TestScoreOverlapPerWorkerAndModel(t *testing.T) {
 		if s.Matched != 0 {
 			t.Errorf("salted prompt matched %+v", s)
 		}
+	}
+}
+
+// TestDefaultPrefillWeight checks that a zero PrefillWeight means 2.
+func TestDefaultPrefillWeight(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisablePrediction = true; c.PrefillWeight = 0 })
+	f.addWorker("a", "m", 1)
+	toks := tokens(7, 8*bs)
+	f.store("a", 0, toks, 3, radix.TierDevice)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cost != 2*(8-3) || d.Candidates[0].PrefillBlocks != 5 {
+		t.Fatalf("decision %+v; want cost 2 x 5 prefill blocks = 10", d)
 	}
 }
 
