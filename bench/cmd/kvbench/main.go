@@ -92,7 +92,7 @@ func runCompare(ctx context.Context, args []string) error {
 		speedUp   = fs.Float64("speed-up", 30, "replay speed-up over trace time")
 		outDir    = fs.String("out", "bench/out", "output directory (JSON, SVG, router logs)")
 		routerBin = fs.String("router-bin", "bin/kvrouter", "router binary")
-		routerArg = fs.String("router-args", "", "extra router flags, space-separated (e.g. \"--prefill-weight=2\")")
+		routerArg = fs.String("router-args", "", "extra router flags, space-separated (e.g. \"--prefill-weight=1\")")
 		policies  = fs.String("policies", strings.Join(replay.AllPolicies, ","), "policies to run, comma-separated")
 		format    = fs.String("format", "vllm-map", "event wire format: vllm-map, vllm-array or sglang")
 		seed      = fs.Uint64("seed", 1, "seed of the random policy")
