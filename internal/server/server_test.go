@@ -159,8 +159,8 @@ func TestScoreAndRouteFollowEngineEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rr.WorkerId != "engine-a" || rr.Endpoint != "a:8000" || rr.MatchedBlocks != 2 || rr.Cost != 1 || len(rr.Candidates) != 2 {
-		t.Fatalf("route = %v; want engine-a, cost 3-2 = 1, 2 candidates", rr)
+	if rr.WorkerId != "engine-a" || rr.Endpoint != "a:8000" || rr.MatchedBlocks != 2 || rr.Cost != 2 || len(rr.Candidates) != 2 {
+		t.Fatalf("route = %v; want engine-a, cost 2 x (3-2) = 2 at the default prefill weight, 2 candidates", rr)
 	}
 	if _, err := e.router.MarkPrefillDone(c, &kvrouterv1.RequestRef{RequestId: "req-1"}); err != nil {
 		t.Fatal(err)
