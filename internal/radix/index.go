@@ -132,9 +132,10 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	keys := sh.runKeys(pnode, blocks)
 	prev := pnode
 	var memo setMemo
-	var dups uint64
+	var dups, full uint64
 	for i, bl := range blocks {
 		id := sh.child(prev, keys[i])
+		prev = id
 		p, had := ws.blocks.ref(bl.EngineHash)
 		b := binding(*p)
 		switch {
@@ -142,8 +143,9 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 			c := b.copies(tier)
 			if c > 0 {
 				dups++
-			} else {
-				sh.adjust(id, ws.slot, tierOne(tier, 1), &memo)
+			} else if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
+				full++
+				continue
 			}
 			if c < maxCopies {
 				c++
@@ -152,19 +154,32 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 		default:
 			// Hold the new node before dropping an old binding in this shard,
 			// so that freeing the old node can never free the new path.
-			sh.adjust(id, ws.slot, tierOne(tier, 1), &memo)
+			if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
+				// maxHolderCount of this worker's engine hashes already
+				// hold this prefix on this tier: skip the block (an old
+				// binding stays where it was).
+				if !had {
+					ws.blocks.del(bl.EngineHash)
+				}
+				full++
+				continue
+			}
 			if had {
 				sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
 			}
 			*p = uint64(makeBinding(si, id).withCopies(tier, 1))
 		}
-		prev = id
 	}
 	sh.mu.Unlock()
 	ws.setCached()
 	ws.stores.Add(1)
-	ws.blocksStored.Add(uint64(len(blocks)))
+	ws.blocksStored.Add(uint64(len(blocks)) - full)
 	ws.dupStore.Add(dups)
+	if full > 0 {
+		ws.invalid.Add(1)
+		return fmt.Errorf("store on %s: %d of %d blocks skipped: their prefix already holds %d of the worker's engine hashes on tier %d: %w",
+			ws.w, full, len(blocks), maxHolderCount, tier, ErrInvalid)
+	}
 	return nil
 }
 
@@ -288,7 +303,7 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 	var sh *shard
 	cur := -1
 	var memo setMemo
-	missing, applied, dups := 0, 0, 0
+	missing, applied, dups, full := 0, 0, 0, 0
 	var sink uint64
 	for _, eh := range hashes {
 		sink += ws.blocks.first(eh) // overlap the worker-map misses of the batch
@@ -328,7 +343,13 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 			memo = setMemo{}
 			sh.touchRemoves(ws, cur, hashes[i:])
 		}
-		sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo)
+		if !sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo) {
+			// A tier copy that would be the prefix's 256th engine hash of
+			// this worker on the tier: skipped (only dir > 0 can).
+			applied--
+			full++
+			continue
+		}
 		if b.empty() {
 			ws.blocks.del(eh)
 		} else {
@@ -350,6 +371,11 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 		ws.blockNotFound.Add(uint64(missing))
 		return fmt.Errorf("%s on %s: %d of %d engine hashes unknown on tier %d: %w",
 			op, ws.w, missing, len(hashes), tier, ErrBlockNotFound)
+	}
+	if full > 0 {
+		ws.invalid.Add(1)
+		return fmt.Errorf("%s on %s: %d of %d engine hashes skipped: their prefix already holds %d of the worker's engine hashes on tier %d: %w",
+			op, ws.w, full, len(hashes), maxHolderCount, tier, ErrInvalid)
 	}
 	return nil
 }

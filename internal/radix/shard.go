@@ -102,18 +102,25 @@ func bestTier(e uint64) Tier {
 // tierDelta is a per-tier change of holder counts, packed as one int8 per tier.
 type tierDelta [NumTiers]int8
 
-func applyDelta(e uint64, d tierDelta) uint64 {
+// maxHolderCount is the most engine hashes of one worker/rank a node counts
+// per tier (8 bits of a holder entry).
+const maxHolderCount = 0xff
+
+// applyDelta applies d to entry e. It reports false, and changes nothing, when
+// a count would pass maxHolderCount: a count that saturated would no longer
+// match the bindings, and removing them would free a node still bound.
+func applyDelta(e uint64, d tierDelta) (uint64, bool) {
 	out := e &^ 0xffffffff
 	for t := Tier(0); t < NumTiers; t++ {
 		c := int(entryCount(e, t)) + int(d[t])
 		if c < 0 {
 			c = 0
-		} else if c > 0xff {
-			c = 0xff
+		} else if c > maxHolderCount {
+			return e, false
 		}
 		out |= uint64(c) << (8 * t)
 	}
-	return out
+	return out, true
 }
 
 func newShard() *shard {
@@ -190,7 +197,7 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 	return keys
 }
 
-// touchRemoves touches, before a remove batch changes them, the nodes bound
+// touchRemoves touches, before a remove (or tier store) batch changes them, the nodes bound
 // to the leading engine hashes of ws that lie in this shard (si), and then
 // their child-map slots, so that the batch's cache misses overlap instead of
 // coming one after another. It stops at the first hash bound elsewhere (so a
@@ -306,18 +313,23 @@ type setMemo struct {
 
 // adjust applies d to slot's holder entry on node id, moving the node to the
 // interned set that results, and frees the node if nobody holds it any more.
-func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) {
+// It reports false, changing nothing, when a count would pass maxHolderCount
+// (only a positive d can).
+func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 	m := s.meta(id)
 	old := m.set
 	var nw uint32
 	if memo.ok && memo.old == old && memo.d == d && (memo.new == emptySet || s.sets[memo.new].refs > 0) {
 		nw = memo.new
 	} else {
-		nw = s.derive(old, slot, d)
+		var ok bool
+		if nw, ok = s.derive(old, slot, d); !ok {
+			return false
+		}
 		*memo = setMemo{ok: true, old: old, new: nw, d: d}
 	}
 	if nw == old {
-		return
+		return true
 	}
 	if nw != emptySet {
 		s.sets[nw].refs++
@@ -343,12 +355,13 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) {
 	if nw == emptySet {
 		s.release(id)
 	}
+	return true
 }
 
 // derive returns the id of the set equal to set old with d applied to slot's
-// entry, creating it if no interned set has that content. The caller takes the
-// reference.
-func (s *shard) derive(old, slot uint32, d tierDelta) uint32 {
+// entry, creating it if no interned set has that content, or false when a
+// count would pass maxHolderCount. The caller takes the reference.
+func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	oe := s.sets[old].e
 	i := sort.Search(len(oe), func(i int) bool { return entrySlot(oe[i]) >= slot })
 	found := i < len(oe) && entrySlot(oe[i]) == slot
@@ -356,9 +369,12 @@ func (s *shard) derive(old, slot uint32, d tierDelta) uint32 {
 	if found {
 		cur = oe[i]
 	}
-	ne := applyDelta(cur, d)
+	ne, ok := applyDelta(cur, d)
+	if !ok {
+		return old, false
+	}
 	if ne == cur {
-		return old
+		return old, true
 	}
 	h := s.sets[old].hash
 	if found {
@@ -379,11 +395,11 @@ func (s *shard) derive(old, slot uint32, d tierDelta) uint32 {
 	}
 	s.scratch = buf
 	if len(buf) == 0 {
-		return emptySet
+		return emptySet, true
 	}
 	iid, exists := s.intern[h]
 	if exists && equalEntries(s.sets[iid].e, buf) {
-		return iid
+		return iid, true
 	}
 	var id uint32
 	if n := len(s.freeSets); n > 0 {
@@ -397,7 +413,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) uint32 {
 	if !exists {
 		s.intern[h] = id
 	}
-	return id
+	return id, true
 }
 
 func equalEntries(a, b []uint64) bool {

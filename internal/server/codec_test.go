@@ -83,6 +83,9 @@ func checkDecode(t *testing.T, b []byte) (routeFast, scoreFast bool) {
 	if scoreFast && (err != nil || !proto.Equal(&fs, &ps)) {
 		t.Fatalf("ScoreRequest %x: fast path %v, protobuf %v (err %v)", b, &fs, &ps, err)
 	}
+	if !scoreFast && !proto.Equal(&fs, &kvrouterv1.ScoreRequest{}) {
+		t.Fatalf("ScoreRequest %x: declined but wrote %v", b, &fs)
+	}
 	return routeFast, scoreFast
 }
 
