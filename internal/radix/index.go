@@ -341,7 +341,7 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 			cur, sh = b.shard(), ix.shards[b.shard()]
 			sh.mu.Lock()
 			memo = setMemo{}
-			sh.touchRemoves(ws, cur, hashes[i:])
+			sh.touchUpdates(ws, cur, hashes[i:])
 		}
 		if !sh.adjust(b.node(), ws.slot, tierOne(tier, int8(dir)), &memo) {
 			// A tier copy that would be the prefix's 256th engine hash of

@@ -197,13 +197,13 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 	return keys
 }
 
-// touchRemoves touches, before a remove (or tier store) batch changes them, the nodes bound
-// to the leading engine hashes of ws that lie in this shard (si), and then
-// their child-map slots, so that the batch's cache misses overlap instead of
-// coming one after another. It stops at the first hash bound elsewhere (so a
+// touchUpdates touches, before a remove (or tier store) batch changes them,
+// the nodes bound to the leading engine hashes of ws that lie in this shard
+// (si), and then their child-map slots, so that the batch's cache misses
+// overlap instead of coming one after another. It stops at the first hash bound elsewhere (so a
 // batch is touched once in all) and is only loads: the caller holds the
 // shard's lock and ws's.
-func (s *shard) touchRemoves(ws *workerState, si int, hashes []uint64) {
+func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 	if len(hashes) < 2 || len(s.chunks) == 0 {
 		return
 	}
