@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 )
@@ -36,23 +37,23 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v
 
 // Unmarshal implements encoding.CodecV2.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	var fast func([]byte) bool
 	switch m := v.(type) {
 	case *kvrouterv1.RouteRequest:
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		ok := decodeRouteRequest(buf.ReadOnlyData(), m)
-		buf.Free()
-		if ok {
-			return nil
-		}
+		fast = func(b []byte) bool { return decodeRouteRequest(b, m) }
 	case *kvrouterv1.ScoreRequest:
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		ok := decodeScoreRequest(buf.ReadOnlyData(), m)
-		buf.Free()
-		if ok {
-			return nil
-		}
+		fast = func(b []byte) bool { return decodeScoreRequest(b, m) }
+	default:
+		return c.base.Unmarshal(data, v)
 	}
-	return c.base.Unmarshal(data, v)
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if b := buf.ReadOnlyData(); !fast(b) {
+		// Declined: protobuf decodes the same bytes, without materializing
+		// them a second time.
+		return proto.Unmarshal(b, v.(proto.Message))
+	}
+	return nil
 }
 
 // decodeRouteRequest decodes b into m (a new message) when b is in the form

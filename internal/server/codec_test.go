@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -165,4 +166,30 @@ func BenchmarkRequestDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestCodecUnmarshal runs the codec itself on requests split over several
+// buffers: one the fast path takes, one it declines (multimodal items), and
+// a malformed one, whose error must be protobuf's.
+func TestCodecUnmarshal(t *testing.T) {
+	c := newCodec()
+	seeds := requestSeeds(t)
+	split := func(b []byte) mem.BufferSlice {
+		n := len(b) / 3
+		return mem.BufferSlice{mem.SliceBuffer(b[:n]), mem.SliceBuffer(b[n : 2*n]), mem.SliceBuffer(b[2*n:])}
+	}
+	for _, i := range []int{1, 4} { // fast path; mm_items, declined
+		var got, want kvrouterv1.RouteRequest
+		if err := c.Unmarshal(split(slices.Clone(seeds[i])), &got); err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		if err := proto.Unmarshal(seeds[i], &want); err != nil || !proto.Equal(&got, &want) {
+			t.Fatalf("seed %d: codec %v, protobuf %v (%v)", i, &got, &want, err)
+		}
+	}
+	bad := seeds[len(seeds)-1] // truncated
+	var m kvrouterv1.RouteRequest
+	if err, want := c.Unmarshal(split(slices.Clone(bad)), &m), proto.Unmarshal(bad, new(kvrouterv1.RouteRequest)); err == nil || err.Error() != want.Error() {
+		t.Fatalf("truncated request: codec error %v, protobuf %v", err, want)
+	}
 }
