@@ -3,6 +3,7 @@ package radix
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // CheckInvariants verifies the whole index: tree structure, child keys, holder
@@ -134,12 +135,8 @@ func (ix *Index) CheckInvariants() error {
 		}
 		sh.kids.all(func(k, v uint64) {
 			id := uint32(v)
-			if id >= sh.next || free[id] || sh.key(id) != k {
-				fail("shard %d: child-map key %x names node %d, which is free or keyed otherwise", si, k, id)
-				return
-			}
-			if set := uint32(v >> 32); set != sh.meta(id).set {
-				fail("shard %d: child-map slot of node %d says set %d, the node set %d", si, id, set, sh.meta(id).set)
+			if v>>32 != 0 || id >= sh.next || free[id] || sh.key(id) != k {
+				fail("shard %d: child-map key %x names node %d (%#x), which is free or keyed otherwise", si, k, id, v)
 			}
 		})
 		freeSet := make(map[uint32]bool)
@@ -166,6 +163,10 @@ func (ix *Index) CheckInvariants() error {
 			}
 			if h != hs.hash || len(hs.e) == 0 {
 				fail("shard %d: set %d: bad hash or empty", si, id)
+			}
+			if want := makeBits(hs.e); !slices.Equal(want.bm, hs.bits.bm) || want.lo != hs.bits.lo ||
+				want.w != hs.bits.w || want.tiers != hs.bits.tiers {
+				fail("shard %d: set %d: bitmaps do not match its entries", si, id)
 			}
 			if iid, ok := sh.intern[hs.hash]; hs.interned && (!ok || iid != uint32(id)) {
 				fail("shard %d: set %d not interned", si, id)

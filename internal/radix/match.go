@@ -1,17 +1,20 @@
 package radix
 
 import (
+	"math/bits"
 	"sync/atomic"
-	"unsafe"
 )
 
-// matchScratch holds a Match's active workers: their holder entries in the
-// current set (slot order) and their positions in out.
+// matchScratch holds a Match's active workers as bitmaps. Its act and tmp
+// are all zero between Matches.
 type matchScratch struct {
 	busy atomic.Bool
-	ent  []uint64
-	idx  []uint32
-	sink uint64 // keeps prefetching loads alive
+	act  []uint64 // active workers: one plane per tier (their current best), nw words each
+	tmp  []uint64 // a set without bitmaps, laid out as act while it is merged
+	aw   []uint32 // the words of act that hold an active worker
+	pos  []uint32 // slot - 64 lo -> index of the slot's result in res (and score in out)
+	mat  []uint32 // slot - 64 lo -> the depth where the worker left (its Matched)
+	res  []matchRes
 	_    [64]byte
 }
 
@@ -30,40 +33,42 @@ func (ix *Index) getScratch() *matchScratch {
 	return new(matchScratch)
 }
 
-// eqChunk is how many holder entries Match compares at once.
-const eqChunk = 16
-
-// equalChunk reports whether the first eqChunk entries of a and b are equal,
-// with the runtime's vectorized memory compare.
-func equalChunk(a, b []uint64) bool {
-	const n = eqChunk * 8
-	return string(unsafe.Slice((*byte)(unsafe.Pointer(&a[0])), n)) ==
-		string(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), n))
+// matchRes is a worker's tier accounting while Match walks, in the order of
+// out: its blocks before start, by best tier, and its best tier since.
+type matchRes struct {
+	byTier [NumTiers]uint32
+	start  uint32
+	tier   Tier
 }
 
-// matchWindow is how many child-map probes a Match issues ahead.
-const matchWindow = 32
-
 func (ix *Index) putScratch(s *matchScratch) { s.busy.Store(false) }
+
+// zeroed returns buf[:n] if it has the capacity (its contents are then the
+// caller's to keep zero) or a fresh zeroed slice.
+func zeroed(buf []uint64, n int) []uint64 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]uint64, n)
+}
 
 // Match scores every worker/rank holding the first of blockHashes: Matched is
 // the number of leading blocks it holds on any tier, ByTier splits them by the
 // best tier held, Cached is its index size. Scores are appended to out[:0] in
 // worker-slot order; nothing is allocated when out has the capacity.
 //
-// The walk takes one shard's read lock and one child-map probe per depth; the
-// probed slot holds the node's holder set id, so the node itself is not read.
-// A prefix is identified by its 64-bit path key: while no two live nodes of
-// the shard share a key (they are then told apart by parent), a prompt prefix
-// the index does not hold is taken for another prefix only if their keys
-// collide, a chance of about 2^-64 per indexed prefix and probe, the same
-// order as two token blocks sharing a 64-bit block hash, which no index of
-// block hashes can tell apart either.
-// Where the next node points to the same interned holder set as the last (the
-// common case along a shared prefix) nobody can leave and that is all. Only
-// where the set changes are the active workers merged against it: runs of
-// identical entries are skipped with one comparison each, and only workers
-// that leave or change tier touch their score.
+// The walk takes one shard's read lock and finds each next node of the prompt
+// from the last: a store run's new nodes get consecutive ids (and freed nodes
+// go back leaf first, so the free list hands them out in order again), so the
+// node after id is first looked for at id+1, on the same or the next cache
+// line, and checked by key and parent, which is exact; only when that fails
+// is the child map probed. Where the next node points to the same interned
+// holder set as the last (the common case along a shared prefix) nobody can
+// leave and that is all. Where the set changes, the active workers, kept as
+// bitmaps of worker slots with one plane per best tier, are intersected with
+// the set's own bitmaps (built for it when it was interned, or here for small
+// sets) 64 workers at a time; only workers that leave or change tier touch
+// their score.
 func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	out = out[:0]
 	if len(blockHashes) == 0 {
@@ -84,160 +89,195 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		sh.mu.RUnlock()
 		return out
 	}
+	scr := ix.getScratch()
+	lo := entrySlot(first[0]) >> 6
+	nw := entrySlot(first[n-1])>>6 - lo + 1
+	act := zeroed(scr.act, int(uint32(NumTiers)*nw))
+	if cap(scr.pos) < int(nw*64) {
+		scr.pos = make([]uint32, nw*64)
+	}
+	pos := scr.pos[:nw*64]
+	if cap(scr.mat) < int(nw*64) {
+		scr.mat = make([]uint32, nw*64)
+	}
+	mat := scr.mat[:nw*64]
+	if cap(scr.res) < n {
+		scr.res = make([]matchRes, n)
+	}
+	res := scr.res[:n]
+	aw := scr.aw[:0]
+	var tiers uint8 // a superset of the active workers' tiers
+	var dev uint64  // the device plane's bits of word aw[len(aw)-1]
+	for i, e := range first {
+		s := entrySlot(e)
+		t := bestTier(e)
+		res[i] = matchRes{tier: t}
+		x := s>>6 - lo
+		if len(aw) == 0 || aw[len(aw)-1] != x {
+			if len(aw) > 0 {
+				act[aw[len(aw)-1]] = dev
+			}
+			aw = append(aw, x)
+			dev = 0
+		}
+		if t == TierDevice {
+			dev |= 1 << (s & 63)
+		} else {
+			act[uint32(t)*nw+x] |= 1 << (s & 63)
+		}
+		pos[s-lo<<6] = uint32(i)
+		tiers |= 1 << t
+	}
+	act[aw[len(aw)-1]] = dev
+	d := 1
+	for ; d < len(blockHashes); d++ {
+		k = pathKey(k, blockHashes[d])
+		nid := id + 1
+		var m *nodeMeta
+		if nid < sh.next {
+			m = sh.meta(nid)
+			if m.parent != id || m.key != k {
+				m = nil
+			}
+		}
+		if m == nil {
+			if nid, ok = sh.lookup(id, k); !ok {
+				break
+			}
+			m = sh.meta(nid)
+		}
+		id = nid
+		if m.set == cur {
+			continue
+		}
+		cur = m.set
+		hs := &sh.sets[cur]
+		// The set's planes: where tier t's plane starts in src (or -1), over
+		// the words slo..slo+sw-1.
+		src, slo, sw, stiers := hs.bits.bm, hs.bits.lo, hs.bits.w, hs.bits.tiers
+		var off [NumTiers]int32
+		built := src == nil
+		if built {
+			scr.tmp = zeroed(scr.tmp, int(uint32(NumTiers)*nw))
+			src, slo, sw, stiers = scr.tmp, lo, nw, 0
+			for _, e := range hs.e {
+				if x := entrySlot(e)>>6 - lo; x < nw { // (slots below lo wrap past nw)
+					t := bestTier(e)
+					src[uint32(t)*nw+x] |= 1 << (entrySlot(e) & 63)
+					stiers |= 1 << t
+				}
+			}
+			for t := range off {
+				off[t] = int32(t) * int32(nw)
+			}
+		} else {
+			for t := range off {
+				off[t] = -1
+				if stiers&(1<<t) != 0 {
+					off[t] = int32(bits.OnesCount8(stiers&(1<<t-1))) * int32(sw)
+				}
+			}
+		}
+		j := 0
+		if tiers|stiers == 1<<TierDevice {
+			// Everyone on the device tier: workers can only leave, and
+			// their tier accounting stays as it is.
+			for _, x := range aw {
+				var nb uint64
+				if r := lo + x - slo; r < sw {
+					nb = src[r]
+				}
+				o := act[x]
+				for leave := o &^ nb; leave != 0; leave &= leave - 1 {
+					mat[x<<6|uint32(bits.TrailingZeros64(leave))] = uint32(d)
+				}
+				if o &= nb; o != 0 {
+					act[x] = o
+					aw[j] = x
+					j++
+				} else {
+					act[x] = 0
+				}
+			}
+		} else {
+			for _, x := range aw {
+				var o, nb [NumTiers]uint64
+				var oall, nall uint64
+				r := lo + x - slo
+				for t := range NumTiers {
+					o[t] = act[uint32(t)*nw+x]
+					oall |= o[t]
+					if r < sw && off[t] >= 0 {
+						nb[t] = src[off[t]+int32(r)]
+						nall |= nb[t]
+					}
+				}
+				stay := oall & nall
+				for t := range NumTiers {
+					// Leaves at depth d, or stays on another best tier.
+					for mv := o[t] &^ nb[t]; mv != 0; mv &= mv - 1 {
+						b := uint32(bits.TrailingZeros64(mv))
+						if stay&(1<<b) == 0 {
+							mat[x<<6|b] = uint32(d)
+							continue
+						}
+						r := &res[pos[x<<6|b]]
+						r.byTier[t] += uint32(d) - r.start
+						r.start = uint32(d)
+						r.tier = 0
+						for nb[r.tier]&(1<<b) == 0 {
+							r.tier++
+						}
+					}
+				}
+				for t := range NumTiers {
+					act[uint32(t)*nw+x] = nb[t] & stay
+				}
+				if stay != 0 {
+					aw[j] = x
+					j++
+				}
+			}
+		}
+		if built {
+			for _, e := range hs.e {
+				if x := entrySlot(e)>>6 - lo; x < nw {
+					src[uint32(bestTier(e))*nw+x] = 0
+				}
+			}
+		}
+		aw = aw[:j]
+		tiers = stiers
+		if j == 0 {
+			break
+		}
+	}
+	for _, x := range aw {
+		for t := range NumTiers {
+			for o := act[uint32(t)*nw+x]; o != 0; o &= o - 1 {
+				mat[x<<6|uint32(bits.TrailingZeros64(o))] = uint32(d)
+			}
+			act[uint32(t)*nw+x] = 0
+		}
+	}
 	if cap(out) < n {
 		out = make([]Score, n)
 	} else {
 		out = out[:n]
 	}
-	scr := ix.getScratch()
-	ent := append(scr.ent[:0], first...)
-	idx := scr.idx[:0]
-	// While walking, a score's Cached holds its worker slot (high 32 bits)
-	// and the depth where its current best tier began (low 32 bits).
+	dir := ix.reg.slots()
 	for i, e := range first {
-		out[i] = Score{Cached: uint64(entrySlot(e)) << 32}
-		idx = append(idx, uint32(i))
-	}
-	// The walk goes in windows: first the child-map probes of a whole window,
-	// which do not depend on each other, so their cache misses overlap; then
-	// the nodes themselves, checked against their parents.
-	var ids, sets [matchWindow]uint32 // the current window's nodes and their holder sets
-	// Two live nodes of this shard share a path key: check every node's
-	// parent, as lookup does. Otherwise a probe that finds the key has found
-	// the prefix (see Match's doc on collisions).
-	collided := len(sh.over) > 0
-	var keys [matchWindow]uint64 // the current window's keys, then its found nodes' keys
-	var next [matchWindow]uint64 // the next window's keys, already touched
-	// touch computes the path keys of the window starting at depth from,
-	// chained from key kk, into next, and touches their child-map slots: the
-	// loads do not depend on each other, so the CPU overlaps their misses.
-	touch := func(from int, kk uint64) {
-		end := min(from+matchWindow, len(blockHashes))
-		for e := from; e < end; e++ {
-			kk = pathKey(kk, blockHashes[e])
-			next[e-from] = kk
-		}
-		var sink uint64
-		for e := range end - from {
-			sink += sh.kids.first(next[e])
-		}
-		scr.sink += sink
-	}
-	d := 1
-	touch(d, k)
-walk:
-	for d < len(blockHashes) {
-		m, start, end := 0, d, min(d+matchWindow, len(blockHashes))
-		keys = next
-		for e := range end - start {
-			k = keys[e]
-			v, ok := sh.kids.get(k)
-			if !ok {
-				break
-			}
-			ids[m], sets[m], keys[m] = uint32(v), uint32(v>>32), k
-			m++
-		}
-		// Software pipelining: the next window's probes go out while this
-		// window's nodes are checked and merged.
-		if m == end-start && end < len(blockHashes) {
-			touch(end, keys[m-1])
-		}
-		for x := range m {
-			nid, s := ids[x], sets[x]
-			if collided && sh.meta(nid).parent != id {
-				var ok bool // a path-key collision: the node is in the overflow map, if anywhere
-				if nid, ok = sh.lookup(id, keys[x]); !ok {
-					break walk
-				}
-				s = sh.meta(nid).set
-			}
-			id = nid
-			if s == cur {
-				d++
-				continue
-			}
-			cur = s
-			ne := sh.sets[s].e
-			sparse := n*16 < len(ne)
-			i, j, w := 0, 0, 0
-			for i < n {
-				// Skip blocks of identical entries with one vectorized compare.
-				for i+eqChunk <= n && j+eqChunk <= len(ne) && equalChunk(ent[i:], ne[j:]) {
-					if w != i {
-						copy(ent[w:w+eqChunk], ent[i:i+eqChunk])
-						copy(idx[w:w+eqChunk], idx[i:i+eqChunk])
-					}
-					i, j, w = i+eqChunk, j+eqChunk, w+eqChunk
-				}
-				// Then at least a chunk's worth one entry at a time.
-				for stop := min(n, i+eqChunk); i < stop; {
-					if j < len(ne) && ent[i] == ne[j] {
-						if w != i {
-							ent[w], idx[w] = ent[i], idx[i]
-						}
-						i, j, w = i+1, j+1, w+1
-						continue
-					}
-					slot := entrySlot(ent[i])
-					if sparse {
-						lo, hi := j, len(ne)
-						for lo < hi {
-							mid := int(uint(lo+hi) >> 1)
-							if entrySlot(ne[mid]) < slot {
-								lo = mid + 1
-							} else {
-								hi = mid
-							}
-						}
-						j = lo
-					} else {
-						for j < len(ne) && entrySlot(ne[j]) < slot {
-							j++
-						}
-					}
-					sc := &out[idx[i]]
-					if j < len(ne) && entrySlot(ne[j]) == slot {
-						// Stays, with other counts: note a change of best tier.
-						if t, nt := bestTier(ent[i]), bestTier(ne[j]); t != nt {
-							sc.ByTier[t] += uint32(d) - uint32(sc.Cached)
-							sc.Cached = sc.Cached&^0xffffffff | uint64(d)
-						}
-						ent[w], idx[w] = ne[j], idx[i]
-						i, j, w = i+1, j+1, w+1
-						continue
-					}
-					// Leaves at depth d.
-					sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
-					sc.Matched = uint32(d)
-					i++
-				}
-			}
-			n = w
-			if n == 0 {
-				break walk
-			}
-			d++
-		}
-		if m < end-start {
-			break // a probe missed: no node that deep
-		}
-	}
-	for i := range n {
-		sc := &out[idx[i]]
-		sc.ByTier[bestTier(ent[i])] += uint32(d) - uint32(sc.Cached)
-		sc.Matched = uint32(d)
+		slot := entrySlot(e)
+		se := slotOf(dir, slot)
+		sc := &out[i] // (field by field: a Score literal is built aside and copied)
+		sc.Worker = se.w
+		r := &res[i]
+		sc.Matched, sc.ByTier = mat[slot-lo<<6], r.byTier
+		sc.ByTier[r.tier] += sc.Matched - r.start
+		sc.Cached, sc.Slot = se.cached.Load(), slot
 	}
 	sh.mu.RUnlock()
-	scr.ent, scr.idx = ent[:0], idx[:0]
+	scr.act, scr.aw = act, aw[:0]
 	ix.putScratch(scr)
-	dir := ix.reg.slots()
-	for i := range out {
-		slot := uint32(out[i].Cached >> 32)
-		e := slotOf(dir, slot)
-		out[i].Worker = e.w
-		out[i].Slot = slot
-		out[i].Cached = e.cached.Load()
-	}
 	return out
 }

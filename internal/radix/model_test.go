@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -686,12 +687,51 @@ func TestRandomConcurrent(t *testing.T) {
 
 // TestRandomWideFleet checks Match against the model where holder sets are
 // large (many workers on one long shared path, each with random holes, tier
-// changes and re-stores), so that the chunked comparisons of the merge run.
+// changes and re-stores), so that Match intersects bitmaps of many words:
+// sets with bitmaps and without, holders whose slots start past the first
+// word (idle workers registered before them), and slots so sparse that sets
+// get no bitmaps.
 func TestRandomWideFleet(t *testing.T) {
-	const workers, depth = 120, 100
+	for _, tc := range []struct {
+		name            string
+		workers, idle   int // holders of the path; idle workers registered before each
+		idleEvery, seed int // every idleEvery-th holder
+	}{
+		{"dense", 120, 0, 1, 9},
+		{"offset", 300, 130, 1000, 10},
+		{"mixed", 200, 40, 7, 11},
+		{"sparse", 24, 150, 1, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := wideFleet(t, tc.workers, tc.idle, tc.idleEvery, uint64(tc.seed))
+			with, without := setsByBitmaps(ix)
+			if sparse := tc.name == "sparse"; sparse && (with != 0 || without == 0) || !sparse && with == 0 {
+				t.Fatalf("%d sets of %d+ entries with bitmaps, %d without", with, bitsMinEntries, without)
+			}
+		})
+	}
+}
+
+// setsByBitmaps counts the sets of bitsMinEntries or more entries with and
+// without bitmaps.
+func setsByBitmaps(ix *Index) (with, without int) {
+	for _, sh := range ix.shards {
+		for _, hs := range sh.sets {
+			if len(hs.bits.bm) > 0 {
+				with++
+			} else if len(hs.e) >= bitsMinEntries {
+				without++
+			}
+		}
+	}
+	return with, without
+}
+
+func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
+	const depth = 100
 	ix := New(Config{Shards: 2})
 	m := newRefModel()
-	r := rand.New(rand.NewPCG(9, 9))
+	r := rand.New(rand.NewPCG(seed, 9))
 	path := make([]uint64, depth)
 	for i := range path {
 		path[i] = uint64(1000 + i)
@@ -699,6 +739,17 @@ func TestRandomWideFleet(t *testing.T) {
 	var all []Worker
 	eh := func(w, i int) uint64 { return uint64(w)<<32 | uint64(i+1) }
 	for wi := range workers {
+		if wi%idleEvery == 0 {
+			for j := range idle {
+				w := Worker{ID: fmt.Sprintf("idle%03d-%03d", wi, j)}
+				all = append(all, w)
+				// (A block of its own: the holder sets stay the path's.)
+				op := randOp{kind: "store", w: w, blocks: []Block{{EngineHash: 1, BlockHash: 1<<40 + uint64(len(all))}}}
+				if err := applyBoth(ix, m, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		w := Worker{ID: fmt.Sprintf("w%03d", wi)}
 		all = append(all, w)
 		n := depth - r.IntN(depth/2)*r.IntN(2)
@@ -711,10 +762,11 @@ func TestRandomWideFleet(t *testing.T) {
 		}
 	}
 	prompts := [][]uint64{path, path[:depth/2], append(slices.Clone(path[:depth-1]), 5)}
+	holders := slices.DeleteFunc(slices.Clone(all), func(w Worker) bool { return strings.HasPrefix(w.ID, "idle") })
 	for round := range 30 {
 		for range 40 {
 			wi := r.IntN(workers)
-			w := all[wi]
+			w := holders[wi]
 			i := r.IntN(depth)
 			var op randOp
 			switch r.IntN(4) {
@@ -737,4 +789,5 @@ func TestRandomWideFleet(t *testing.T) {
 		}
 		compareAll(t, ix, m, prompts, all)
 	}
+	return ix
 }

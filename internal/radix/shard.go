@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"math/bits"
 	"sort"
 	"sync"
 )
@@ -53,9 +54,9 @@ const (
 	rootKey = 0x6b76726f75746572 // "kvrouter"
 )
 
-// nodeMeta is a node. Its path key sits on the same cache line as the rest:
-// a writer that changes a node's holders also rewrites its child-map slot,
-// found by that key.
+// nodeMeta is a node: 24 bytes, so that Match, which checks a node's key and
+// parent and reads its set, finds the next node of a run on the same or the
+// next cache line (a run's nodes get consecutive ids, see Match).
 type nodeMeta struct {
 	key    uint64 // path key (rootKey for the root)
 	parent uint32 // noParent for the root and for free nodes
@@ -76,9 +77,51 @@ type ovKey struct {
 // every node whose holders are exactly these.
 type hset struct {
 	e        []uint64
-	hash     uint64 // sum of mixEntry over e
-	refs     uint32 // nodes pointing here
-	interned bool   // intern[hash] == this set
+	bits     setBits // e as bitmaps, for sets large enough to be worth it
+	hash     uint64  // sum of mixEntry over e
+	refs     uint32  // nodes pointing here
+	interned bool    // intern[hash] == this set
+}
+
+// setBits is a holder set as bitmaps of worker slots, one plane per best tier
+// its entries have, covering the 64-slot words lo..lo+w-1: Match intersects
+// its active workers with a set a word at a time instead of entry by entry.
+type setBits struct {
+	bm    []uint64 // planes in tier order, w words each
+	lo, w uint32
+	tiers uint8 // the tiers that have a plane
+}
+
+// bitsMinEntries is the smallest set given bitmaps; bitsMaxRatio bounds their
+// words per entry (sparse slots make wide bitmaps).
+const (
+	bitsMinEntries = 16
+	bitsMaxRatio   = 2
+)
+
+// makeBits returns e's bitmaps, or none when e is small or its slots sparse.
+func makeBits(e []uint64) setBits {
+	if len(e) < bitsMinEntries {
+		return setBits{}
+	}
+	lo, hi := entrySlot(e[0])>>6, entrySlot(e[len(e)-1])>>6
+	w := hi - lo + 1
+	var tiers uint8
+	for _, x := range e {
+		tiers |= 1 << bestTier(x)
+	}
+	planes := uint32(bits.OnesCount8(tiers))
+	if planes*w > bitsMaxRatio*uint32(len(e)) {
+		return setBits{}
+	}
+	sb := setBits{bm: make([]uint64, planes*w), lo: lo, w: w, tiers: tiers}
+	for _, x := range e {
+		t := bestTier(x)
+		p := uint32(bits.OnesCount8(tiers & (1<<t - 1)))
+		s := entrySlot(x)
+		sb.bm[p*w+s>>6-lo] |= 1 << (s & 63)
+	}
+	return sb
 }
 
 // A holder entry packs a worker slot (high 32 bits) and, per tier t, the number
@@ -199,15 +242,13 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 
 // touchUpdates touches, before a remove (or tier store) batch changes them,
 // the nodes bound to the leading engine hashes of ws that lie in this shard
-// (si), and then their child-map slots, so that the batch's cache misses
-// overlap instead of coming one after another. It stops at the first hash bound elsewhere (so a
-// batch is touched once in all) and is only loads: the caller holds the
-// shard's lock and ws's.
+// (si), so that the batch's cache misses overlap instead of coming one after
+// another. It stops at the first hash bound elsewhere (so a batch is touched
+// once in all) and is only loads: the caller holds the shard's lock and ws's.
 func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 	if len(hashes) < 2 || len(s.chunks) == 0 {
 		return
 	}
-	n := 0
 	var sink uint64
 	for _, eh := range hashes {
 		v, ok := ws.blocks.get(eh)
@@ -215,11 +256,6 @@ func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 			break
 		}
 		sink += s.key(binding(v).node())
-		n++
-	}
-	for _, eh := range hashes[:n] {
-		v, _ := ws.blocks.get(eh)
-		sink += s.kids.first(s.key(binding(v).node()))
 	}
 	s.sink += sink
 }
@@ -253,22 +289,10 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 		}
 		s.over[ovKey{parent, k}] = id
 	} else {
-		*p = kidValue(id, emptySet)
+		*p = uint64(id)
 	}
 	s.live++
 	return id
-}
-
-// kidValue is a child-map value: the node id and, so that Match finds a
-// node's holders in the slot it probes, its holder set id.
-func kidValue(id, set uint32) uint64 { return uint64(id) | uint64(set)<<32 }
-
-// slotSet records node id's new holder set in its child-map slot (a node in
-// the overflow map has none: Match reads those through lookup).
-func (s *shard) slotSet(id, set uint32) {
-	if p := s.kids.find(s.key(id)); p != nil && uint32(*p) == id {
-		*p = kidValue(id, set)
-	}
 }
 
 // release frees id and then every ancestor left with no holder and no child.
@@ -284,7 +308,7 @@ func (s *shard) release(id uint32) {
 			for ok2, oid := range s.over {
 				if ok2.key == k {
 					delete(s.over, ok2)
-					s.kids.set(k, kidValue(oid, s.meta(oid).set))
+					s.kids.set(k, uint64(oid))
 					break
 				}
 			}
@@ -335,9 +359,6 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 		s.sets[nw].refs++
 	}
 	m.set = nw
-	if nw != emptySet || m.nchild != 0 {
-		s.slotSet(id, nw) // (a node left to nobody and without children is freed below)
-	}
 	if old != emptySet {
 		hs := &s.sets[old]
 		hs.refs--
@@ -409,7 +430,8 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		id = uint32(len(s.sets))
 		s.sets = append(s.sets, hset{})
 	}
-	s.sets[id] = hset{e: append([]uint64(nil), buf...), hash: h, interned: !exists}
+	e := append([]uint64(nil), buf...)
+	s.sets[id] = hset{e: e, bits: makeBits(e), hash: h, interned: !exists}
 	if !exists {
 		s.intern[h] = id
 	}
