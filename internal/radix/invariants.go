@@ -164,13 +164,41 @@ func (ix *Index) CheckInvariants() error {
 			if h != hs.hash || len(hs.e) == 0 {
 				fail("shard %d: set %d: bad hash or empty", si, id)
 			}
-			if want := makeBits(hs.e); !slices.Equal(want.bm, hs.bits.bm) || want.lo != hs.bits.lo ||
+			if want := makeBits(hs.e, func(n int) []uint64 { return make([]uint64, n) }); !slices.Equal(want.bm, hs.bits.bm) || want.lo != hs.bits.lo ||
 				want.w != hs.bits.w || want.tiers != hs.bits.tiers {
 				fail("shard %d: set %d: bitmaps do not match its entries", si, id)
 			}
 			if iid, ok := sh.intern[hs.hash]; hs.interned && (!ok || iid != uint32(id)) {
 				fail("shard %d: set %d not interned", si, id)
 			}
+		}
+		// A spare array must not be a live set's (a set made from it would
+		// overwrite the other).
+		arrays := make(map[*uint64]int)
+		for id := range sh.sets {
+			for _, a := range [][]uint64{sh.sets[id].e, sh.sets[id].bits.bm} {
+				if cap(a) > 0 {
+					arrays[&a[:1][0]] = id
+				}
+			}
+		}
+		words := 0
+		for c, l := range sh.spare.byClass {
+			for _, a := range l {
+				words += cap(a)
+				if cap(a) < 1<<c || cap(a) >= 2<<c {
+					fail("shard %d: spare array of %d words in class %d", si, cap(a), c)
+				}
+				if id, ok := arrays[&a[:1][0]]; ok && id >= 0 {
+					fail("shard %d: spare array belongs to set %d", si, id)
+				} else if ok {
+					fail("shard %d: spare array pooled twice", si)
+				}
+				arrays[&a[:1][0]] = -1
+			}
+		}
+		if words != sh.spare.words || words > spareMaxWords {
+			fail("shard %d: spare holds %d words, counted %d", si, words, sh.spare.words)
 		}
 		for h, id := range sh.intern {
 			if int(id) >= len(sh.sets) || !sh.sets[id].interned || sh.sets[id].hash != h {

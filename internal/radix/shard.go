@@ -2,7 +2,6 @@ package radix
 
 import (
 	"math/bits"
-	"sort"
 	"sync"
 )
 
@@ -34,9 +33,9 @@ type shard struct {
 	sets     []hset
 	freeSets []uint32
 	intern   map[uint64]uint32 // set content hash -> set id
-	scratch  []uint64
-	keys     []uint64 // a store run's path keys
-	sink     uint64   // keeps prefetching loads alive
+	spare    spareWords        // arrays of freed sets, for new sets
+	keys     []uint64          // a store run's path keys
+	sink     uint64            // keeps prefetching loads alive
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -100,7 +99,8 @@ const (
 )
 
 // makeBits returns e's bitmaps, or none when e is small or its slots sparse.
-func makeBits(e []uint64) setBits {
+// Their words come from alloc (contents arbitrary).
+func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	if len(e) < bitsMinEntries {
 		return setBits{}
 	}
@@ -114,7 +114,8 @@ func makeBits(e []uint64) setBits {
 	if planes*w > bitsMaxRatio*uint32(len(e)) {
 		return setBits{}
 	}
-	sb := setBits{bm: make([]uint64, planes*w), lo: lo, w: w, tiers: tiers}
+	sb := setBits{bm: alloc(int(planes * w)), lo: lo, w: w, tiers: tiers}
+	clear(sb.bm)
 	for _, x := range e {
 		t := bestTier(x)
 		p := uint32(bits.OnesCount8(tiers & (1<<t - 1)))
@@ -183,7 +184,7 @@ func (s *shard) reset() {
 	s.sets = []hset{{}} // emptySet
 	s.freeSets = nil
 	s.intern = make(map[uint64]uint32)
-	s.scratch = nil
+	s.spare = spareWords{}
 }
 
 func (s *shard) meta(id uint32) *nodeMeta { return &s.chunks[id>>chunkBits].meta[id&chunkMask] }
@@ -366,6 +367,8 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 			if hs.interned {
 				delete(s.intern, hs.hash)
 			}
+			s.spare.put(hs.e)
+			s.spare.put(hs.bits.bm)
 			*hs = hset{}
 			s.freeSets = append(s.freeSets, old)
 			if memo.new == old {
@@ -384,7 +387,15 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 // count would pass maxHolderCount. The caller takes the reference.
 func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	oe := s.sets[old].e
-	i := sort.Search(len(oe), func(i int) bool { return entrySlot(oe[i]) >= slot })
+	i, j := 0, len(oe)
+	for i < j { // the first entry of slot or above
+		m := int(uint(i+j) >> 1)
+		if entrySlot(oe[m]) < slot {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
 	found := i < len(oe) && entrySlot(oe[i]) == slot
 	cur := uint64(slot) << 32
 	if found {
@@ -405,21 +416,30 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	if keep {
 		h += mixEntry(ne)
 	}
-	buf := append(s.scratch[:0], oe[:i]...)
-	if keep {
-		buf = append(buf, ne)
+	n := len(oe)
+	if found && !keep {
+		n--
+	} else if !found {
+		n++
 	}
-	if found {
-		buf = append(buf, oe[i+1:]...)
-	} else {
-		buf = append(buf, oe[i:]...)
-	}
-	s.scratch = buf
-	if len(buf) == 0 {
+	if n == 0 {
 		return emptySet, true
 	}
+	e := s.spare.get(n)
+	copy(e, oe[:i])
+	rest := oe[i:]
+	if found {
+		rest = oe[i+1:]
+	}
+	if keep {
+		e[i] = ne
+		copy(e[i+1:], rest)
+	} else {
+		copy(e[i:], rest)
+	}
 	iid, exists := s.intern[h]
-	if exists && equalEntries(s.sets[iid].e, buf) {
+	if exists && equalEntries(s.sets[iid].e, e) {
+		s.spare.put(e)
 		return iid, true
 	}
 	var id uint32
@@ -430,12 +450,53 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		id = uint32(len(s.sets))
 		s.sets = append(s.sets, hset{})
 	}
-	e := append([]uint64(nil), buf...)
-	s.sets[id] = hset{e: e, bits: makeBits(e), hash: h, interned: !exists}
+	s.sets[id] = hset{e: e, bits: makeBits(e, s.spare.get), hash: h, interned: !exists}
 	if !exists {
 		s.intern[h] = id
 	}
 	return id, true
+}
+
+// spareWords keeps the entry and bitmap arrays of freed holder sets (those of
+// spareMinWords or more) for new sets, by capacity class, up to spareMaxWords
+// in all. Under churn, a popular prefix's set changes with every store and
+// evict of it; reusing the arrays spares the allocator and the GC the copies.
+type spareWords struct {
+	byClass [32][][]uint64 // class c holds capacities in [2^c, 2^(c+1))
+	words   int
+}
+
+const (
+	spareMinWords = 64
+	spareMaxWords = 1 << 16 // per shard: 512 KiB
+)
+
+// get returns an array of n words (contents arbitrary).
+func (p *spareWords) get(n int) []uint64 {
+	if n < spareMinWords {
+		return make([]uint64, n)
+	}
+	c := bits.Len(uint(n - 1)) // 2^c >= n
+	if c < len(p.byClass) {
+		if l := p.byClass[c]; len(l) > 0 {
+			a := l[len(l)-1]
+			l[len(l)-1] = nil
+			p.byClass[c] = l[:len(l)-1]
+			p.words -= cap(a)
+			return a[:n]
+		}
+	}
+	return make([]uint64, n, 1<<c)
+}
+
+// put offers a for reuse.
+func (p *spareWords) put(a []uint64) {
+	c := bits.Len(uint(cap(a))) - 1
+	if cap(a) < spareMinWords || c >= len(p.byClass) || p.words+cap(a) > spareMaxWords {
+		return
+	}
+	p.byClass[c] = append(p.byClass[c], a)
+	p.words += cap(a)
 }
 
 func equalEntries(a, b []uint64) bool {
