@@ -471,22 +471,23 @@ const (
 	spareMaxWords = 1 << 16 // per shard: 512 KiB
 )
 
-// get returns an array of n words (contents arbitrary).
+// get returns an array of n words (contents arbitrary): a pooled one of
+// class log2(n) or the next if it is large enough, else a new one of exactly n.
 func (p *spareWords) get(n int) []uint64 {
 	if n < spareMinWords {
 		return make([]uint64, n)
 	}
-	c := bits.Len(uint(n - 1)) // 2^c >= n
-	if c < len(p.byClass) {
-		if l := p.byClass[c]; len(l) > 0 {
+	c := bits.Len(uint(n)) - 1 // 2^c <= n < 2^(c+1)
+	for k := c; k <= c+1 && k < len(p.byClass); k++ {
+		if l := p.byClass[k]; len(l) > 0 && cap(l[len(l)-1]) >= n {
 			a := l[len(l)-1]
 			l[len(l)-1] = nil
-			p.byClass[c] = l[:len(l)-1]
+			p.byClass[k] = l[:len(l)-1]
 			p.words -= cap(a)
 			return a[:n]
 		}
 	}
-	return make([]uint64, n, 1<<c)
+	return make([]uint64, n)
 }
 
 // put offers a for reuse.

@@ -84,19 +84,22 @@ func TestSpareWords(t *testing.T) {
 		t.Fatalf("small get: len %d cap %d", len(a), cap(a))
 	}
 	a := p.get(100)
-	if len(a) != 100 || cap(a) != 128 {
-		t.Fatalf("get(100): len %d cap %d, want 100 128", len(a), cap(a))
+	if len(a) != 100 || cap(a) != 100 {
+		t.Fatalf("get(100): len %d cap %d, want 100 100", len(a), cap(a))
 	}
 	p.put(a)
 	p.put(make([]uint64, 10)) // too small to keep
-	if p.words != 128 {
-		t.Fatalf("words %d after putting 128 and 10", p.words)
+	if p.words != 100 {
+		t.Fatalf("words %d after putting 100 and 10", p.words)
 	}
-	if b := p.get(200); cap(b) != 256 || p.words != 128 {
-		t.Fatalf("get(200) took the 128-word array (cap %d) or changed the pool (%d)", cap(b), p.words)
+	if b := p.get(200); cap(b) != 200 || p.words != 100 {
+		t.Fatalf("get(200) took the 100-word array (cap %d) or changed the pool (%d)", cap(b), p.words)
+	}
+	if b := p.get(101); cap(b) != 101 || p.words != 100 {
+		t.Fatalf("get(101) took the 100-word array (cap %d) or changed the pool (%d)", cap(b), p.words)
 	}
 	if b := p.get(65); &b[0] != &a[0] || len(b) != 65 || p.words != 0 {
-		t.Fatalf("get(65) did not reuse the 128-word array (len %d, words %d)", len(b), p.words)
+		t.Fatalf("get(65) did not reuse the 100-word array (len %d, words %d)", len(b), p.words)
 	}
 	for range spareMaxWords/1024 + 1 {
 		p.put(make([]uint64, 1024))
