@@ -172,10 +172,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			}
 		} else {
 			for t := range off {
-				off[t] = -1
-				if stiers&(1<<t) != 0 {
-					off[t] = int32(bits.OnesCount8(stiers&(1<<t-1))) * int32(sw)
-				}
+				off[t] = planeOf(stiers, Tier(t), sw)
 			}
 		}
 		j := 0

@@ -12,8 +12,9 @@ import (
 // Nodes live in a chunked arena and are named by uint32 ids; a node is keyed in
 // the shard's kids map by its path key, a 64-bit hash chained from the root
 // through the block hashes of its path (see pathKey). Because the query's path
-// keys can be computed from the prompt alone, a match needs one map probe per
-// depth and no per-node child maps.
+// keys can be computed from the prompt alone, no node needs a child map: a match
+// finds a node's child at the next id (a run's nodes are numbered in order)
+// or, failing that, with one probe of kids.
 //
 // A node does not list its holders itself: it points to an interned, immutable,
 // reference-counted holder set (sorted holder entries). Nodes along a shared
@@ -91,6 +92,15 @@ type setBits struct {
 	tiers uint8 // the tiers that have a plane
 }
 
+// planeOf is where tier t's plane starts in bm, or -1 when no entry has t as
+// its best tier.
+func planeOf(tiers uint8, t Tier, w uint32) int32 {
+	if tiers&(1<<t) == 0 {
+		return -1
+	}
+	return int32(bits.OnesCount8(tiers&(1<<t-1))) * int32(w)
+}
+
 // bitsMinEntries is the smallest set given bitmaps; bitsMaxRatio bounds their
 // words per entry (sparse slots make wide bitmaps).
 const (
@@ -117,10 +127,8 @@ func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	sb := setBits{bm: alloc(int(planes * w)), lo: lo, w: w, tiers: tiers}
 	clear(sb.bm)
 	for _, x := range e {
-		t := bestTier(x)
-		p := uint32(bits.OnesCount8(tiers & (1<<t - 1)))
 		s := entrySlot(x)
-		sb.bm[p*w+s>>6-lo] |= 1 << (s & 63)
+		sb.bm[uint32(planeOf(tiers, bestTier(x), w))+s>>6-lo] |= 1 << (s & 63)
 	}
 	return sb
 }
