@@ -5,8 +5,10 @@ import "math/bits"
 // u64map is an open-addressing hash map from uint64 to uint64: linear probing
 // over one array of {key, value} slots, any table size (a hash is mapped onto
 // the table by multiply-shift), deletion by backward shift so there are no
-// tombstones, growth at 80% load and shrinking below 25%. Key 0 marks an empty
-// slot, so it is kept aside.
+// tombstones, growth at 80% load and shrinking below 25%. Slots hold keys
+// mixed by fmix64 (a bijection that keeps 0 at 0), so a slot's home is one
+// multiply away: the backward shift of a delete computes it for every slot of
+// the cluster. Key 0 marks an empty slot, so it is kept aside.
 //
 // It replaces Go maps on the write path: under insert/delete churn they spend
 // most of their time probing, and their memory never shrinks.
@@ -28,8 +30,9 @@ func (m *u64map) len() int {
 	return m.n
 }
 
-func (m *u64map) home(k uint64) int {
-	hi, _ := bits.Mul64(fmix64(k), uint64(len(m.slots)))
+// home is the home slot of mixed key mk.
+func (m *u64map) home(mk uint64) int {
+	hi, _ := bits.Mul64(mk, uint64(len(m.slots)))
 	return int(hi)
 }
 
@@ -42,6 +45,7 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 		return 0, false
 	}
 	s := m.slots
+	k = fmix64(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return s[i].v, true
@@ -60,7 +64,7 @@ func (m *u64map) first(k uint64) uint64 {
 	if len(m.slots) == 0 {
 		return 0
 	}
-	return m.slots[m.home(k)].k
+	return m.slots[m.home(fmix64(k))].k
 }
 
 // find returns a pointer to k's value, or nil. The pointer is valid until the
@@ -76,6 +80,7 @@ func (m *u64map) find(k uint64) *uint64 {
 		return nil
 	}
 	s := m.slots
+	k = fmix64(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v
@@ -101,6 +106,7 @@ func (m *u64map) ref(k uint64) (*uint64, bool) {
 		m.resize(max(minMapSize, len(m.slots)*3/2+1))
 	}
 	s := m.slots
+	k = fmix64(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v, true
@@ -132,6 +138,7 @@ func (m *u64map) del(k uint64) {
 	}
 	s := m.slots
 	n := len(s)
+	k = fmix64(k)
 	i := m.home(k)
 	for s[i].k != k {
 		if s[i].k == 0 {
@@ -149,9 +156,17 @@ func (m *u64map) del(k uint64) {
 		if s[j].k == 0 {
 			break
 		}
-		// Move s[j] into the hole at i unless its home lies cyclically in (i, j].
-		h := m.home(s[j].k)
-		if (j-h+n)%n >= (j-i+n)%n {
+		// Move s[j] into the hole at i unless its home lies cyclically in
+		// (i, j]: unless it probed less far from its home than from the hole.
+		// (Distances by compare and add: n is any size, a modulo divides.)
+		fromHome, fromHole := j-m.home(s[j].k), j-i
+		if fromHome < 0 {
+			fromHome += n
+		}
+		if fromHole < 0 {
+			fromHole += n
+		}
+		if fromHome >= fromHole {
 			s[i] = s[j]
 			i = j
 		}
@@ -190,7 +205,17 @@ func (m *u64map) all(f func(k, v uint64)) {
 	}
 	for _, sl := range m.slots {
 		if sl.k != 0 {
-			f(sl.k, sl.v)
+			f(unfmix64(sl.k), sl.v)
 		}
 	}
+}
+
+// unfmix64 inverts fmix64.
+func unfmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0x9cb4b2f8129337db // the inverse of fmix64's second multiplier
+	x ^= x >> 33
+	x *= 0x4f74430c22a54005 // and of its first
+	x ^= x >> 33
+	return x
 }

@@ -111,3 +111,42 @@ func TestU64MapLarge(t *testing.T) {
 		t.Fatalf("%d resizes while deleting 150,000 keys: shrinking thrashes", resizes)
 	}
 }
+
+// TestUnfmix64 checks that unfmix64 inverts fmix64 (u64map.all reports keys
+// through it).
+func TestUnfmix64(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, x := range []uint64{0, 1, 2, ^uint64(0), 1 << 63, 0x9e3779b97f4a7c15} {
+		if got := unfmix64(fmix64(x)); got != x {
+			t.Fatalf("unfmix64(fmix64(%#x)) = %#x", x, got)
+		}
+	}
+	for range 100000 {
+		x := r.Uint64()
+		if got := unfmix64(fmix64(x)); got != x {
+			t.Fatalf("unfmix64(fmix64(%#x)) = %#x", x, got)
+		}
+	}
+}
+
+// BenchmarkU64MapChurn keeps a worker-map-sized u64map (16,384 keys, the
+// benchmark fleet's capacity, at which the table is 78% full) under
+// insert-newest/delete-oldest churn: one op is one insert and one delete.
+func BenchmarkU64MapChurn(b *testing.B) {
+	const n = 16384
+	r := rand.New(rand.NewPCG(9, 10))
+	keys := make([]uint64, n)
+	var m u64map
+	for i := range keys {
+		keys[i] = r.Uint64()
+		m.set(keys[i], uint64(i))
+	}
+	b.ReportMetric(float64(m.len())/float64(len(m.slots)), "load")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		j := i % n
+		m.del(keys[j])
+		keys[j] = r.Uint64()
+		m.set(keys[j], uint64(i))
+	}
+}
