@@ -1,8 +1,10 @@
 package radix
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -215,7 +217,9 @@ func BenchmarkEvents(b *testing.B) {
 				runtime.GC()
 				b.ResetTimer()
 				start, cpu0 := time.Now(), cpuTime()
-				runWriters(writers, timed)
+				// (labelled, so that a -test.cpuprofile can be focused on it:
+				// go tool pprof -tagfocus phase=timed)
+				pprof.Do(context.Background(), pprof.Labels("phase", "timed"), func(context.Context) { runWriters(writers, timed) })
 				el, cpu := time.Since(start), cpuTime()-cpu0
 				b.StopTimer()
 				runWriters(writers, other)

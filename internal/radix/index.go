@@ -120,6 +120,11 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	} else {
 		si = ix.shardOf(blocks[0].BlockHash)
 	}
+	var sink uint64
+	for _, bl := range blocks {
+		sink += ws.blocks.first(bl.EngineHash) // overlap the worker-map misses of the run
+	}
+	ws.sink += sink
 	// An engine hash bound in another shard is being re-bound to a different
 	// prefix: drop the old binding first (one shard lock at a time).
 	for _, bl := range blocks {

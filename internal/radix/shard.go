@@ -133,6 +133,70 @@ func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	return sb
 }
 
+// nextBits returns what makeBits(e, alloc) would, for the entries e of a set
+// derived from one with bitmaps ob by changing slot's entry from cur (when
+// found) to ne (when keep): ob's words are copied and the slot's bit moved,
+// O(words) instead of O(entries) (a popular prefix's set has a thousand
+// entries and changes on every event).
+func nextBits(ob setBits, e []uint64, slot uint32, cur uint64, found bool, ne uint64, keep bool, alloc func(n int) []uint64) setBits {
+	if ob.bm == nil || len(e) < bitsMinEntries {
+		return makeBits(e, alloc)
+	}
+	lo, hi := entrySlot(e[0])>>6, entrySlot(e[len(e)-1])>>6
+	w := hi - lo + 1
+	x, bit := slot>>6, uint64(1)<<(slot&63)
+	tiers := ob.tiers
+	if found { // drop cur's best tier if no other entry has it
+		p := planeOf(ob.tiers, bestTier(cur), ob.w)
+		others := false
+		for i, v := range ob.bm[p : p+int32(ob.w)] {
+			if ob.lo+uint32(i) == x {
+				v &^= bit
+			}
+			if v != 0 {
+				others = true
+				break
+			}
+		}
+		if !others {
+			tiers &^= 1 << bestTier(cur)
+		}
+	}
+	if keep {
+		tiers |= 1 << bestTier(ne)
+	}
+	planes := uint32(bits.OnesCount8(tiers))
+	if planes*w > bitsMaxRatio*uint32(len(e)) {
+		return setBits{}
+	}
+	sb := setBits{bm: alloc(int(planes * w)), lo: lo, w: w, tiers: tiers}
+	from, to := max(lo, ob.lo), min(lo+w, ob.lo+ob.w) // words both cover
+	for t := range NumTiers {
+		np := planeOf(tiers, t, w)
+		if np < 0 {
+			continue
+		}
+		dst := sb.bm[np : np+int32(w)]
+		op := planeOf(ob.tiers, t, ob.w)
+		if op < 0 || from >= to {
+			clear(dst)
+			continue
+		}
+		clear(dst[:from-lo])
+		copy(dst[from-lo:to-lo], ob.bm[op+int32(from-ob.lo):])
+		clear(dst[to-lo:])
+	}
+	if found && x >= lo && x <= hi {
+		if p := planeOf(tiers, bestTier(cur), w); p >= 0 {
+			sb.bm[p+int32(x-lo)] &^= bit
+		}
+	}
+	if keep {
+		sb.bm[planeOf(tiers, bestTier(ne), w)+int32(x-lo)] |= bit
+	}
+	return sb
+}
+
 // A holder entry packs a worker slot (high 32 bits) and, per tier t, the number
 // of the worker's engine hashes bound to the node that have a copy on t (8 bits
 // at bit 8t, saturating). Sorting entries sorts them by slot.
@@ -251,7 +315,8 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 
 // touchUpdates touches, before a remove (or tier store) batch changes them,
 // the nodes bound to the leading engine hashes of ws that lie in this shard
-// (si), so that the batch's cache misses overlap instead of coming one after
+// (si), and their child-map slots (which release reads when a node is freed),
+// so that the batch's cache misses overlap instead of coming one after
 // another. It stops at the first hash bound elsewhere (so a batch is touched
 // once in all) and is only loads: the caller holds the shard's lock and ws's.
 func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
@@ -264,7 +329,7 @@ func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 		if !ok || binding(v).shard() != si {
 			break
 		}
-		sink += s.key(binding(v).node())
+		sink += s.kids.first(s.key(binding(v).node())) // the node and its child-map slot (for release)
 	}
 	s.sink += sink
 }
@@ -445,6 +510,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	} else {
 		copy(e[i:], rest)
 	}
+	ob := s.sets[old].bits
 	iid, exists := s.intern[h]
 	if exists && equalEntries(s.sets[iid].e, e) {
 		s.spare.put(e)
@@ -458,7 +524,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		id = uint32(len(s.sets))
 		s.sets = append(s.sets, hset{})
 	}
-	s.sets[id] = hset{e: e, bits: makeBits(e, s.spare.get), hash: h, interned: !exists}
+	s.sets[id] = hset{e: e, bits: nextBits(ob, e, slot, cur, found, ne, keep, s.spare.get), hash: h, interned: !exists}
 	if !exists {
 		s.intern[h] = id
 	}

@@ -1,6 +1,11 @@
 package radix
 
-import "testing"
+import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
 
 // TestPathKeyCollision forces two live nodes with one path key (under
 // different parents), which real hashes produce about never, and checks
@@ -106,5 +111,90 @@ func TestSpareWords(t *testing.T) {
 	}
 	if p.words != spareMaxWords {
 		t.Fatalf("pool holds %d words, bound %d", p.words, spareMaxWords)
+	}
+}
+
+// TestNextBits changes one entry of random holder sets (added, dropped, or
+// moved between tiers, with tiers held by few entries so that planes come and
+// go) and checks that nextBits gives exactly what makeBits does.
+func TestNextBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	alloc := func(n int) []uint64 { // dirty, as pooled arrays are
+		a := make([]uint64, n)
+		for i := range a {
+			a[i] = r.Uint64()
+		}
+		return a
+	}
+	counts := func() uint64 { // per-tier counts, device most often
+		var c uint64
+		for c == 0 {
+			for tr := range NumTiers {
+				if r.IntN(4) == 0 || (tr == TierDevice && r.IntN(2) == 0) {
+					c |= uint64(1+r.IntN(3)) << (8 * tr)
+				}
+			}
+		}
+		return c
+	}
+	kinds := map[string]int{}
+	for iter := range 20000 {
+		n := 8 + r.IntN(120)
+		gap := []int{1, 2, 3, 4, 20, 48}[r.IntN(6)] // wide gaps make sets too sparse for bitmaps
+		base := uint32(r.IntN(300))
+		var old []uint64
+		for i := range n {
+			old = append(old, uint64(base+uint32(i*gap+r.IntN(gap)))<<32|counts())
+		}
+		old = slices.CompactFunc(old, func(a, b uint64) bool { return entrySlot(a) == entrySlot(b) })
+		ob := makeBits(old, alloc)
+		// The changed slot: an existing one or a new one (maybe below or above all).
+		var slot uint32
+		if r.IntN(2) == 0 {
+			slot = entrySlot(old[r.IntN(len(old))])
+		} else {
+			slot = uint32(r.IntN(int(entrySlot(old[len(old)-1])) + 200))
+		}
+		i, found := slices.BinarySearchFunc(old, slot, func(e uint64, s uint32) int { return cmp.Compare(entrySlot(e), s) })
+		var cur uint64
+		if found {
+			cur = old[i]
+		}
+		keep := !found || r.IntN(3) > 0
+		var ne uint64
+		if keep {
+			ne = uint64(slot)<<32 | counts()
+		}
+		e := slices.Clone(old)
+		switch {
+		case found && keep:
+			e[i] = ne
+		case found:
+			e = slices.Delete(e, i, i+1)
+		default:
+			e = slices.Insert(e, i, ne)
+		}
+		want := makeBits(e, alloc)
+		got := nextBits(ob, e, slot, cur, found, ne, keep, alloc)
+		if !slices.Equal(got.bm, want.bm) || got.lo != want.lo || got.w != want.w || got.tiers != want.tiers {
+			t.Fatalf("iter %d: slot %d found %v keep %v: got %+v, want %+v", iter, slot, found, keep, got, want)
+		}
+		switch {
+		case ob.bm == nil:
+			kinds["from entries"]++
+		case want.bm == nil:
+			kinds["bits dropped"]++
+		case got.tiers != ob.tiers:
+			kinds["planes changed"]++
+		case got.lo != ob.lo || got.w != ob.w:
+			kinds["range changed"]++
+		default:
+			kinds["copied"]++
+		}
+	}
+	for _, k := range []string{"from entries", "bits dropped", "planes changed", "range changed", "copied"} {
+		if kinds[k] < 10 {
+			t.Errorf("only %d changes of kind %q (%v)", kinds[k], k, kinds)
+		}
 	}
 }
