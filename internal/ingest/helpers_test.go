@@ -323,7 +323,7 @@ func (e *engine) check(idx *radix.Index, w radix.Worker) error {
 		scores = idx.Match(hs, scores)
 		got := 0
 		for _, s := range scores {
-			if s.Worker == w {
+			if sw, _ := idx.WorkerOf(s.Slot); sw == w {
 				got = int(s.Matched)
 			}
 		}

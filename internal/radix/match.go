@@ -52,7 +52,8 @@ func zeroed(buf []uint64, n int) []uint64 {
 	return make([]uint64, n)
 }
 
-// Match scores every worker/rank holding the first of blockHashes: Matched is
+// Match scores every worker/rank holding the first of blockHashes (named by
+// Slot, see WorkerOf): Matched is
 // the number of leading blocks it holds on any tier, ByTier splits them by the
 // best tier held, Cached is its index size. Scores are appended to out[:0] in
 // worker-slot order; nothing is allocated when out has the capacity.
@@ -267,7 +268,6 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		slot := entrySlot(e)
 		se := slotOf(dir, slot)
 		sc := &out[i] // (field by field: a Score literal is built aside and copied)
-		sc.Worker = se.w
 		r := &res[i]
 		sc.Matched, sc.ByTier = mat[slot-lo<<6], r.byTier
 		sc.ByTier[r.tier] += sc.Matched - r.start

@@ -200,15 +200,15 @@ func (m *refModel) RemoveWorker(id string) {
 }
 
 // Match scores workers one by one, depth by depth. Scores are sorted by worker.
-func (m *refModel) Match(hs []uint64) []Score {
+func (m *refModel) Match(hs []uint64) []named {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []Score
+	var out []named
 	if len(hs) == 0 {
 		return out
 	}
 	for w := range m.held[pathAppend("", hs[0])] {
-		s := Score{Worker: w, Cached: uint64(len(m.binds[w]))}
+		s := named{Worker: w, Score: Score{Cached: uint64(len(m.binds[w]))}}
 		path := ""
 		for _, h := range hs {
 			path = pathAppend(path, h)
@@ -274,9 +274,25 @@ func workerLess(a, b Worker) bool {
 	return a.DPRank < b.DPRank
 }
 
+// named is a Score with the name of its worker/rank, as tests compare them.
+type named struct {
+	Worker Worker
+	Score
+}
+
+// nameScores names scores by ix.WorkerOf (an unknown slot names nobody).
+func nameScores(ix *Index, scores []Score) []named {
+	out := make([]named, len(scores))
+	for i, s := range scores {
+		out[i].Worker, _ = ix.WorkerOf(s.Slot)
+		out[i].Score = s
+	}
+	return out
+}
+
 // sortScores orders scores by worker and zeroes their slots, which the model
 // does not have (compareAll checks them).
-func sortScores(s []Score) {
+func sortScores(s []named) {
 	sort.Slice(s, func(i, j int) bool { return workerLess(s[i].Worker, s[j].Worker) })
 	for i := range s {
 		s[i].Slot = 0
@@ -482,8 +498,12 @@ func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, worker
 	workerOf := map[uint32]Worker{}
 	for _, p := range prompts {
 		buf = ix.Match(p, buf)
+		got := nameScores(ix, buf)
 		// Each worker/rank has one slot, and no two share one.
-		for _, sc := range buf {
+		for _, sc := range got {
+			if sc.Worker == (Worker{}) {
+				t.Fatalf("slot %d names no worker", sc.Slot)
+			}
 			if s, ok := slotOf[sc.Worker]; ok && s != sc.Slot {
 				t.Fatalf("%s has slots %d and %d", sc.Worker, s, sc.Slot)
 			}
@@ -492,7 +512,6 @@ func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, worker
 			}
 			slotOf[sc.Worker], workerOf[sc.Slot] = sc.Slot, sc.Worker
 		}
-		got := slices.Clone(buf)
 		sortScores(got)
 		want := m.Match(p)
 		if !slices.Equal(got, want) {
@@ -514,12 +533,12 @@ func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, worker
 
 // checkScoreSanity checks what must hold of any match, even one racing writers.
 func checkScoreSanity(p []uint64, scores []Score) error {
-	seen := map[Worker]bool{}
+	seen := map[uint32]bool{}
 	for _, s := range scores {
-		if seen[s.Worker] {
-			return fmt.Errorf("match %v: %s scored twice", p, s.Worker)
+		if seen[s.Slot] {
+			return fmt.Errorf("match %v: slot %d scored twice", p, s.Slot)
 		}
-		seen[s.Worker] = true
+		seen[s.Slot] = true
 		var sum uint32
 		for _, n := range s.ByTier {
 			sum += n
@@ -657,7 +676,7 @@ func TestRandomConcurrent(t *testing.T) {
 				var buf []Score
 				for i := mi; i < len(prompts); i += 4 {
 					buf = ix.Match(prompts[i], buf)
-					got := slices.Clone(buf)
+					got := nameScores(ix, buf)
 					sortScores(got)
 					if want := m.Match(prompts[i]); !slices.Equal(got, want) {
 						errc <- fmt.Errorf("match %v:\n got %v\nwant %v", prompts[i], got, want)

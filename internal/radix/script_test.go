@@ -132,10 +132,11 @@ func errResult(err error) string {
 	return "error: unexpected " + err.Error() + "\n"
 }
 
-func formatScores(scores []Score) string {
-	if len(scores) == 0 {
+func formatScores(ix *Index, s []Score) string {
+	if len(s) == 0 {
 		return "(none)\n"
 	}
+	scores := nameScores(ix, s)
 	sort.Slice(scores, func(i, j int) bool { return scores[i].Worker.String() < scores[j].Worker.String() })
 	var b strings.Builder
 	for _, s := range scores {
@@ -223,7 +224,7 @@ func runCommand(ix *Index, cmd string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return formatScores(ix.Match(hs, nil)), nil
+		return formatScores(ix, ix.Match(hs, nil)), nil
 	case "cached":
 		w, err := parseWorker(f[1])
 		if err != nil {

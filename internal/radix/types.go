@@ -30,19 +30,21 @@ type Block struct {
 	BlockHash uint64
 }
 
-// Score is one worker/rank's answer to a Match.
+// Score is one worker/rank's answer to a Match. It names the worker/rank by
+// slot (Index.WorkerOf) rather than by Worker: a match writes one Score per
+// worker holding the prompt's first block, a thousand on a large fleet, and
+// 32 bytes each instead of 64 is a sixth of a 512-block match.
 type Score struct {
-	Worker Worker
+	// Slot is the worker/rank's dense number in this index: stable for the
+	// index's life and never given to another worker/rank, so callers can keep
+	// per-worker data in a slice indexed by it.
+	Slot uint32
 	// Matched is the number of leading prompt blocks the worker holds on any tier.
 	Matched uint32
 	// ByTier counts matched blocks by the best tier the worker holds them on.
 	ByTier [NumTiers]uint32
 	// Cached is the number of blocks in the worker/rank's index.
 	Cached uint64
-	// Slot is the worker/rank's dense number in this index: stable for the
-	// index's life and never given to another worker/rank, so callers can keep
-	// per-worker data in a slice indexed by it.
-	Slot uint32
 }
 
 // Errors returned by Store, StoreTier and Remove. A store that fails is dropped

@@ -129,6 +129,20 @@ func slotOf(dir []*slotChunk, slot uint32) *slotEntry {
 	return &dir[slot>>slotChunkBits][slot&(1<<slotChunkBits-1)]
 }
 
+// WorkerOf returns the worker/rank that has slot (see Score.Slot), or false
+// when no worker/rank has it. It takes no lock.
+func (ix *Index) WorkerOf(slot uint32) (Worker, bool) {
+	dir := ix.reg.slots()
+	if int(slot>>slotChunkBits) >= len(dir) {
+		return Worker{}, false
+	}
+	se := slotOf(dir, slot)
+	if se.ws.Load() == nil { // (e.w is set before e.ws)
+		return Worker{}, false
+	}
+	return se.w, true
+}
+
 // all returns every worker state in slot order.
 func (r *registry) all() []*workerState {
 	r.mu.Lock()

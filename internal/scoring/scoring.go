@@ -443,9 +443,12 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		if int(m.Slot) < len(r.bySlot) {
 			rk = r.bySlot[m.Slot]
 		}
-		if rk == nil || rk.key != m.Worker {
-			var ok bool
-			if rk, ok = r.ranks[m.Worker]; !ok {
+		if rk == nil { // (RemoveWorker clears its ranks' slots; slots are never reused)
+			w, ok := r.cfg.Index.WorkerOf(m.Slot)
+			if !ok {
+				continue
+			}
+			if rk, ok = r.ranks[w]; !ok {
 				continue
 			}
 			s.missed = append(s.missed, slotRank{m.Slot, rk})
