@@ -365,7 +365,7 @@ func accountedBytes(ix *Index) uint64 {
 			n += uint64(cap(sh.sets[i].e)) * 8
 		}
 		n += uint64(cap(sh.freeSets)) * 4
-		n += uint64(len(sh.intern)) * 24 // a Go map slot of 12 bytes at ~50-90% load
+		n += uint64(len(sh.intern.slots)) * 16
 		sh.mu.RUnlock()
 	}
 	for _, ws := range ix.reg.all() {

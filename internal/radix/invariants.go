@@ -168,7 +168,7 @@ func (ix *Index) CheckInvariants() error {
 				want.w != hs.bits.w || want.tiers != hs.bits.tiers {
 				fail("shard %d: set %d: bitmaps do not match its entries", si, id)
 			}
-			if iid, ok := sh.intern[hs.hash]; hs.interned && (!ok || iid != uint32(id)) {
+			if iid, ok := sh.intern.get(hs.hash); hs.interned && (!ok || uint32(iid) != uint32(id)) {
 				fail("shard %d: set %d not interned", si, id)
 			}
 		}
@@ -200,11 +200,11 @@ func (ix *Index) CheckInvariants() error {
 		if words != sh.spare.words || words > spareMaxWords {
 			fail("shard %d: spare holds %d words, counted %d", si, words, sh.spare.words)
 		}
-		for h, id := range sh.intern {
-			if int(id) >= len(sh.sets) || !sh.sets[id].interned || sh.sets[id].hash != h {
+		sh.intern.all(func(h, v uint64) {
+			if id := uint32(v); int(id) >= len(sh.sets) || !sh.sets[id].interned || sh.sets[id].hash != h {
 				fail("shard %d: bad intern entry %#x -> %d", si, h, id)
 			}
-		}
+		})
 	}
 	for hk := range want {
 		fail("worker slot %d: bound to node %d/%d, which does not list it", hk.slot, hk.shard, hk.node)

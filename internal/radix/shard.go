@@ -33,7 +33,7 @@ type shard struct {
 
 	sets     []hset
 	freeSets []uint32
-	intern   map[uint64]uint32 // set content hash -> set id
+	intern   u64map            // set content hash -> set id
 	spare    spareWords        // arrays of freed sets, for new sets
 	keys     []uint64          // a store run's path keys
 	sink     uint64            // keeps prefetching loads alive
@@ -255,7 +255,7 @@ func (s *shard) reset() {
 	s.over = nil
 	s.sets = []hset{{}} // emptySet
 	s.freeSets = nil
-	s.intern = make(map[uint64]uint32)
+	s.intern = u64map{}
 	s.spare = spareWords{}
 }
 
@@ -438,7 +438,7 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 		hs.refs--
 		if hs.refs == 0 {
 			if hs.interned {
-				delete(s.intern, hs.hash)
+				s.intern.del(hs.hash)
 			}
 			s.spare.put(hs.e)
 			s.spare.put(hs.bits.bm)
@@ -511,7 +511,8 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		copy(e[i:], rest)
 	}
 	ob := s.sets[old].bits
-	iid, exists := s.intern[h]
+	v, exists := s.intern.get(h)
+	iid := uint32(v)
 	if exists && equalEntries(s.sets[iid].e, e) {
 		s.spare.put(e)
 		return iid, true
@@ -526,7 +527,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	}
 	s.sets[id] = hset{e: e, bits: nextBits(ob, e, slot, cur, found, ne, keep, s.spare.get), hash: h, interned: !exists}
 	if !exists {
-		s.intern[h] = id
+		s.intern.set(h, uint64(id))
 	}
 	return id, true
 }
