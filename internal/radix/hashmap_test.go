@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -130,10 +131,16 @@ func TestUnfmix64(t *testing.T) {
 }
 
 // BenchmarkU64MapChurn keeps a worker-map-sized u64map (16,384 keys, the
-// benchmark fleet's capacity, at which the table is 78% full) under
-// insert-newest/delete-oldest churn: one op is one insert and one delete.
+// benchmark fleet's capacity, at which the table is 78% full; and fewer keys
+// in the same table) under insert-newest/delete-oldest churn: one op is one
+// insert and one delete.
 func BenchmarkU64MapChurn(b *testing.B) {
-	const n = 16384
+	for _, n := range []int{11600, 13700, 16384} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) { benchU64MapChurn(b, n) })
+	}
+}
+
+func benchU64MapChurn(b *testing.B, n int) {
 	r := rand.New(rand.NewPCG(9, 10))
 	keys := make([]uint64, n)
 	var m u64map
@@ -141,7 +148,7 @@ func BenchmarkU64MapChurn(b *testing.B) {
 		keys[i] = r.Uint64()
 		m.set(keys[i], uint64(i))
 	}
-	b.ReportMetric(float64(m.len())/float64(len(m.slots)), "load")
+	load := float64(m.len()) / float64(len(m.slots))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		j := i % n
@@ -149,4 +156,5 @@ func BenchmarkU64MapChurn(b *testing.B) {
 		keys[j] = r.Uint64()
 		m.set(keys[j], uint64(i))
 	}
+	b.ReportMetric(load, "load")
 }
