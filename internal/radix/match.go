@@ -52,11 +52,11 @@ func zeroed(buf []uint64, n int) []uint64 {
 	return make([]uint64, n)
 }
 
-// Match scores every worker/rank holding the first of blockHashes (named by
-// Slot, see WorkerOf): Matched is
-// the number of leading blocks it holds on any tier, ByTier splits them by the
-// best tier held, Cached is its index size. Scores are appended to out[:0] in
-// worker-slot order; nothing is allocated when out has the capacity.
+// Match scores every worker/rank holding the first of blockHashes, named by
+// Slot (see WorkerOf): Matched is the number of leading blocks it holds on any
+// tier, ByTier splits them by the best tier held, Cached is its index size.
+// Scores are appended to out[:0] in worker-slot order; nothing is allocated
+// when out has the capacity.
 //
 // The walk takes one shard's read lock and finds each next node of the prompt
 // from the last: a store run's new nodes get consecutive ids (and freed nodes

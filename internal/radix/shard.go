@@ -33,10 +33,10 @@ type shard struct {
 
 	sets     []hset
 	freeSets []uint32
-	intern   u64map            // set content hash -> set id
-	spare    spareWords        // arrays of freed sets, for new sets
-	keys     []uint64          // a store run's path keys
-	sink     uint64            // keeps prefetching loads alive
+	intern   u64map     // set content hash -> set id
+	spare    spareWords // arrays of freed sets, for new sets
+	keys     []uint64   // a store run's path keys
+	sink     uint64     // keeps prefetching loads alive
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }

@@ -33,7 +33,7 @@ type Block struct {
 // Score is one worker/rank's answer to a Match. It names the worker/rank by
 // slot (Index.WorkerOf) rather than by Worker: a match writes one Score per
 // worker holding the prompt's first block, a thousand on a large fleet, and
-// 32 bytes each instead of 64 is a sixth of a 512-block match.
+// without the name a Score is 32 bytes instead of 64.
 type Score struct {
 	// Slot is the worker/rank's dense number in this index: stable for the
 	// index's life and never given to another worker/rank, so callers can keep

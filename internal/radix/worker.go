@@ -137,7 +137,7 @@ func (ix *Index) WorkerOf(slot uint32) (Worker, bool) {
 		return Worker{}, false
 	}
 	se := slotOf(dir, slot)
-	if se.ws.Load() == nil { // (e.w is set before e.ws)
+	if se.ws.Load() == nil { // (se.w is stored before se.ws)
 		return Worker{}, false
 	}
 	return se.w, true
