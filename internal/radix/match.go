@@ -69,7 +69,9 @@ func zeroed(buf []uint64, n int) []uint64 {
 // bitmaps of worker slots with one plane per best tier, are intersected with
 // the set's own bitmaps (built for it when it was interned, or here for small
 // sets) 64 workers at a time; only workers that leave or change tier touch
-// their score.
+// their score. The active workers start as the first node's set: copied as
+// bitmaps when everyone in it is on the device tier, and per-worker tier
+// accounting is set up only if another tier turns up.
 func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	out = out[:0]
 	if len(blockHashes) == 0 {
@@ -108,28 +110,52 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	res := scr.res[:n]
 	aw := scr.aw[:0]
 	var tiers uint8 // a superset of the active workers' tiers
-	var dev uint64  // the device plane's bits of word aw[len(aw)-1]
-	for i, e := range first {
-		s := entrySlot(e)
-		t := bestTier(e)
-		res[i] = matchRes{tier: t}
-		x := s>>6 - lo
-		if len(aw) == 0 || aw[len(aw)-1] != x {
-			if len(aw) > 0 {
-				act[aw[len(aw)-1]] = dev
-			}
-			aw = append(aw, x)
-			dev = 0
+	// res and pos (per-worker tier accounting) are needed only once a best
+	// tier other than the device's appears; until then a worker's Score
+	// follows from where it left.
+	tiered := false
+	fillTiers := func() {
+		for i, e := range first {
+			res[i] = matchRes{tier: bestTier(e)}
+			pos[entrySlot(e)-lo<<6] = uint32(i)
 		}
-		if t == TierDevice {
-			dev |= 1 << (s & 63)
-		} else {
-			act[uint32(t)*nw+x] |= 1 << (s & 63)
-		}
-		pos[s-lo<<6] = uint32(i)
-		tiers |= 1 << t
+		tiered = true
 	}
-	act[aw[len(aw)-1]] = dev
+	if fb := sh.sets[cur].bits; fb.bm != nil && fb.tiers == 1<<TierDevice {
+		// All on the device tier, with bitmaps over the same words (lo and
+		// nw come from the same first and last entry): copy them.
+		copy(act[:nw], fb.bm[:nw])
+		for x := range nw {
+			if act[x] != 0 {
+				aw = append(aw, x)
+			}
+		}
+		tiers = 1 << TierDevice
+	} else {
+		var dev uint64 // the device plane's bits of word aw[len(aw)-1]
+		for _, e := range first {
+			s := entrySlot(e)
+			t := bestTier(e)
+			x := s>>6 - lo
+			if len(aw) == 0 || aw[len(aw)-1] != x {
+				if len(aw) > 0 {
+					act[aw[len(aw)-1]] = dev
+				}
+				aw = append(aw, x)
+				dev = 0
+			}
+			if t == TierDevice {
+				dev |= 1 << (s & 63)
+			} else {
+				act[uint32(t)*nw+x] |= 1 << (s & 63)
+			}
+			tiers |= 1 << t
+		}
+		act[aw[len(aw)-1]] = dev
+		if tiers != 1<<TierDevice {
+			fillTiers()
+		}
+	}
 	d := 1
 	for ; d < len(blockHashes); d++ {
 		k = pathKey(k, blockHashes[d])
@@ -198,6 +224,9 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 				}
 			}
 		} else {
+			if !tiered { // (everyone active is on the device tier until here)
+				fillTiers()
+			}
 			for _, x := range aw {
 				var o, nb [NumTiers]uint64
 				var oall, nall uint64
@@ -268,9 +297,14 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		slot := entrySlot(e)
 		se := slotOf(dir, slot)
 		sc := &out[i] // (field by field: a Score literal is built aside and copied)
-		r := &res[i]
-		sc.Matched, sc.ByTier = mat[slot-lo<<6], r.byTier
-		sc.ByTier[r.tier] += sc.Matched - r.start
+		sc.Matched = mat[slot-lo<<6]
+		if tiered {
+			r := &res[i]
+			sc.ByTier = r.byTier
+			sc.ByTier[r.tier] += sc.Matched - r.start
+		} else {
+			sc.ByTier = [NumTiers]uint32{TierDevice: sc.Matched}
+		}
 		sc.Cached, sc.Slot = se.cached.Load(), slot
 	}
 	sh.mu.RUnlock()
