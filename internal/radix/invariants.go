@@ -60,12 +60,24 @@ func (ix *Index) CheckInvariants() error {
 		})
 	}
 	for si, sh := range ix.shards {
-		free := make(map[uint32]bool, len(sh.free))
+		listed := make(map[uint32]bool, len(sh.free))
 		for _, id := range sh.free {
-			if free[id] || id == rootID || id >= sh.next {
+			if id == rootID || id >= sh.next {
 				fail("shard %d: bad free node %d", si, id)
 			}
-			free[id] = true
+			listed[id] = true
+		}
+		free := make(map[uint32]bool)
+		for id := uint32(1); id < sh.next; id++ {
+			if sh.meta(id).parent == noParent {
+				free[id] = true
+				if !listed[id] { // alloc must be able to find it
+					fail("shard %d: free node %d is not in the free list", si, id)
+				}
+			}
+		}
+		if len(sh.free) > 2*len(free)+1024 {
+			fail("shard %d: free lists %d ids for %d free nodes", si, len(sh.free), len(free))
 		}
 		refs := make([]uint32, len(sh.sets))
 		nchild := make(map[uint32]uint32)
@@ -73,9 +85,6 @@ func (ix *Index) CheckInvariants() error {
 		for id := uint32(1); id < sh.next; id++ {
 			m := sh.meta(id)
 			if free[id] {
-				if m.parent != noParent {
-					fail("shard %d: free node %d has a parent", si, id)
-				}
 				continue
 			}
 			live++

@@ -59,8 +59,8 @@ func zeroed(buf []uint64, n int) []uint64 {
 // when out has the capacity.
 //
 // The walk takes one shard's read lock and finds each next node of the prompt
-// from the last: a store run's new nodes get consecutive ids (and freed nodes
-// go back leaf first, so the free list hands them out in order again), so the
+// from the last: a store run's new nodes get consecutive ids (a new child
+// takes its parent's next id when that node is free, see shard.alloc), so the
 // node after id is first looked for at id+1, on the same or the next cache
 // line, and checked by key and parent, which is exact; only when that fails
 // is the child map probed. Where the next node points to the same interned

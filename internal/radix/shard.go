@@ -344,17 +344,7 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 		c.meta[rootID] = nodeMeta{key: rootKey, parent: noParent}
 		s.chunks = append(s.chunks, c)
 	}
-	var id uint32
-	if n := len(s.free); n > 0 {
-		id = s.free[n-1]
-		s.free = s.free[:n-1]
-	} else {
-		id = s.next
-		s.next++
-		if int(id>>chunkBits) == len(s.chunks) {
-			s.chunks = append(s.chunks, new(nodeChunk))
-		}
-	}
+	id := s.alloc(parent)
 	*s.meta(id) = nodeMeta{key: k, parent: parent}
 	s.meta(parent).nchild++
 	if p, taken := s.kids.ref(k); taken {
@@ -366,7 +356,58 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 		*p = uint64(id)
 	}
 	s.live++
+	// Keep free within 2 ids per free node (plus slack): alloc leaves listed
+	// the ids it takes as a parent's next. (release only adds a listing per
+	// node it frees, which keeps the bound.)
+	if len(s.free) > 2*s.nfree()+1024 {
+		s.compactFree()
+	}
 	return id
+}
+
+// alloc returns a free node id for a new child of parent: parent+1 when that
+// node is free, so that a run's nodes get consecutive ids (which Match
+// follows without probing) whatever order nodes were freed in; else the most
+// recently freed node (release frees a chain leaf first, so the nodes after it
+// are that chain's, free too); else a new id. A free node is one with no
+// parent; free may also list nodes that alloc has since taken by the first
+// rule (skipped here, dropped by compactFree).
+func (s *shard) alloc(parent uint32) uint32 {
+	if id := parent + 1; id < s.next && s.meta(id).parent == noParent {
+		return id
+	}
+	for n := len(s.free); n > 0; n = len(s.free) {
+		id := s.free[n-1]
+		s.free = s.free[:n-1]
+		if s.meta(id).parent == noParent {
+			return id
+		}
+	}
+	id := s.next
+	s.next++
+	if int(id>>chunkBits) == len(s.chunks) {
+		s.chunks = append(s.chunks, new(nodeChunk))
+	}
+	return id
+}
+
+// nfree is the number of free nodes.
+func (s *shard) nfree() int { return int(s.next) - 1 - s.live }
+
+// compactFree drops from free the nodes that are no longer free and the
+// repeats (a node freed, taken as a parent's next and freed again is listed
+// twice), keeping the order of the rest.
+func (s *shard) compactFree() {
+	seen := make([]uint64, (s.next+63)/64)
+	out := s.free[:0]
+	for _, id := range s.free {
+		if s.meta(id).parent == noParent && seen[id/64]&(1<<(id%64)) == 0 {
+			seen[id/64] |= 1 << (id % 64)
+			out = append(out, id)
+		}
+	}
+	clear(s.free[len(out):])
+	s.free = out
 }
 
 // release frees id and then every ancestor left with no holder and no child.

@@ -198,3 +198,121 @@ func TestNextBits(t *testing.T) {
 		}
 	}
 }
+
+// TestRunIDsAfterInterleavedFrees frees chains level by level across chains,
+// so that the free list holds their nodes interleaved (as when an engine
+// evicts several requests' blocks at once), then stores new chains and checks
+// that each still gets consecutive node ids, which Match follows without
+// probing the child map.
+func TestRunIDsAfterInterleavedFrees(t *testing.T) {
+	ix := New(Config{})
+	w := Worker{ID: "w"}
+	const chains, depth = 8, 24
+	var firsts []uint64 // first blocks in one shard, so the chains share a free list
+	for h := uint64(1); len(firsts) < 2*chains+1; h++ {
+		if ix.shardOf(h) == ix.shardOf(1) {
+			firsts = append(firsts, h)
+		}
+	}
+	eh := func(c, i int) uint64 { return uint64(c)<<16 | uint64(i) + 1 }
+	store := func(c int) {
+		blocks := make([]Block, depth)
+		for i := range blocks {
+			blocks[i] = Block{EngineHash: eh(c, i), BlockHash: uint64(c)<<20 | uint64(i)}
+		}
+		blocks[0].BlockHash = firsts[c]
+		if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(2 * chains) // stays, so that the shard is never empty (and reset)
+	for c := range chains {
+		store(c)
+	}
+	for i := depth - 1; i >= 0; i-- {
+		for c := range chains {
+			if err := ix.Remove(w, []uint64{eh(c, i)}, TierDevice); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c := chains; c < 2*chains; c++ {
+		store(c)
+	}
+	if err := ix.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	sh := ix.shards[ix.shardOf(firsts[0])]
+	steps, next := 0, 0
+	for c := chains; c < 2*chains; c++ {
+		k, id := pathKey(rootKey, firsts[c]), uint32(0)
+		var ok bool
+		if id, ok = sh.lookup(rootID, k); !ok {
+			t.Fatalf("chain %d: first node not found", c)
+		}
+		for i := 1; i < depth; i++ {
+			k = pathKey(k, uint64(c)<<20|uint64(i))
+			nid, ok := sh.lookup(id, k)
+			if !ok {
+				t.Fatalf("chain %d: node %d not found", c, i)
+			}
+			steps++
+			if nid == id+1 {
+				next++
+			}
+			id = nid
+		}
+	}
+	if next != steps {
+		t.Fatalf("%d of %d steps of the new chains go to the next id, want all", next, steps)
+	}
+}
+
+// TestFreeListCompaction stores and evicts one chain over and over: each time
+// alloc takes the chain's first node from the free list and the rest as their
+// parent's next ids, leaving their older listings behind, so the free list
+// must be compacted to stay within bounds (CheckInvariants checks the bound
+// and that every free node is still listed).
+func TestFreeListCompaction(t *testing.T) {
+	ix := New(Config{})
+	w := Worker{ID: "w"}
+	const depth = 24
+	run := func(first, tag uint64) []Block {
+		blocks := make([]Block, depth)
+		for i := range blocks {
+			blocks[i] = Block{EngineHash: tag<<16 | uint64(i) + 1, BlockHash: tag<<20 | uint64(i)}
+		}
+		blocks[0].BlockHash = first
+		return blocks
+	}
+	var second uint64 // a first block in the shard of block 1
+	for second = 2; ix.shardOf(second) != ix.shardOf(1); second++ {
+	}
+	if err := ix.Store(w, 0, false, TierDevice, run(1, 1)); err != nil { // keeps the shard from emptying
+		t.Fatal(err)
+	}
+	sh := ix.shards[ix.shardOf(1)]
+	maxListed := 0
+	for cycle := range 200 {
+		blocks := run(second, 2)
+		if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.CheckInvariants(); err != nil {
+			t.Fatalf("cycle %d, stored: %v", cycle, err)
+		}
+		maxListed = max(maxListed, len(sh.free))
+		for i := depth - 1; i >= 0; i-- {
+			if err := ix.Remove(w, []uint64{blocks[i].EngineHash}, TierDevice); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ix.CheckInvariants(); err != nil {
+			t.Fatalf("cycle %d, evicted: %v", cycle, err)
+		}
+		maxListed = max(maxListed, len(sh.free))
+	}
+	if maxListed < 1024 {
+		t.Fatalf("the free list never grew past %d ids: compaction was not exercised", maxListed)
+	}
+}
