@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"slices"
 	"context"
 	"fmt"
 	"runtime"
@@ -275,6 +276,62 @@ func BenchmarkMatch512(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "matches/s")
 	})
+	b.Run("index-offloaded", func(b *testing.B) {
+		// Every 4th worker's copies of the prompts' blocks move from the
+		// device to the host tier (as an engine offloading to CPU memory
+		// reports them), so that Match keeps per-worker tier accounting;
+		// the index is put back as it was afterwards, and checked.
+		before := make([][]Score, len(st.prompts))
+		for i, p := range st.prompts {
+			before[i] = st.ix.Match(p, nil)
+		}
+		move := func(from, to Tier) int {
+			moved := 0
+			for wi := 0; wi < len(st.wl.workers); wi += 4 {
+				ww := st.wl.workers[wi]
+				for _, p := range st.prompts {
+					var path uint64
+					ehs := make([]uint64, 0, len(p))
+					for _, bh := range p {
+						path = fmix64(path ^ bh*0x9e3779b97f4a7c15)
+						if eh := fmix64(path ^ ww.salt); st.ix.holds(ww.w, eh, from) {
+							ehs = append(ehs, eh)
+						}
+					}
+					if st.ix.StoreTier(ww.w, ehs, to) != nil || st.ix.Remove(ww.w, ehs, from) != nil {
+						b.Fatalf("moving %s's blocks from tier %d to %d failed", ww.w, from, to)
+					}
+					moved += len(ehs)
+				}
+			}
+			return moved
+		}
+		moved := move(TierDevice, TierHost)
+		out := make([]Score, 0, len(st.wl.workers))
+		var host float64
+		for _, p := range st.prompts {
+			for _, sc := range st.ix.Match(p, out) {
+				host += float64(sc.ByTier[TierHost])
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu0 := cpuTime()
+		for i := range b.N {
+			out = st.ix.Match(st.prompts[i%len(st.prompts)], out)
+		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/match")
+		b.ReportMetric(host/float64(len(st.prompts)), "host-blocks/match")
+		b.StopTimer()
+		if back := move(TierHost, TierDevice); back != moved || host == 0 {
+			b.Fatalf("moved %d block copies to the host tier (%v matched there) and %d back", moved, host, back)
+		}
+		for i, p := range st.prompts {
+			if got := st.ix.Match(p, nil); !slices.Equal(got, before[i]) {
+				b.Fatalf("prompt %d matches differently after the blocks moved back", i)
+			}
+		}
+	})
 	b.Run("baseline", func(b *testing.B) {
 		var out []baseScore
 		var act []int32
@@ -387,4 +444,16 @@ func BenchmarkMemoryAfterChurn(b *testing.B) {
 	b.ReportMetric(st.accounted, "accounted-bytes/residency-at-build")
 	b.ReportMetric(float64(s.Residencies), "residencies")
 	b.ReportMetric(float64(s.Nodes), "nodes")
+}
+
+// holds reports whether w holds engine hash eh with a copy on tier t.
+func (ix *Index) holds(w Worker, eh uint64, t Tier) bool {
+	ws := ix.reg.get(w)
+	if ws == nil {
+		return false
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	v, ok := ws.blocks.get(eh)
+	return ok && binding(v).copies(t) > 0
 }
