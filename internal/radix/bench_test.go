@@ -1,11 +1,11 @@
 package radix
 
 import (
-	"slices"
 	"context"
 	"fmt"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
