@@ -307,6 +307,7 @@ func BenchmarkMatch512(b *testing.B) {
 			return moved
 		}
 		moved := move(TierDevice, TierHost)
+		b.Logf("offloaded: %d block copies moved to the host tier; %s", moved, walkStats(st.ix, st.prompts))
 		out := make([]Score, 0, len(st.wl.workers))
 		var host float64
 		for _, p := range st.prompts {
