@@ -123,6 +123,13 @@ type wlLog struct {
 	blocks int // block events: blocks stored plus hashes removed
 }
 
+// engineHash chains block hash bh onto path (the prompt so far) and returns
+// the new path and the engine hash ww gives that prefix's block.
+func (ww *wlWorker) engineHash(path, bh uint64) (uint64, uint64) {
+	path = fmix64(path ^ bh*0x9e3779b97f4a7c15)
+	return path, fmix64(path ^ ww.salt)
+}
+
 // request simulates one request on worker ww: the cached prefix blocks are
 // touched, the missing ones stored (one run per contiguous gap, under the
 // block before it) and the least recently used blocks evicted to capacity.
@@ -143,8 +150,8 @@ func (wl *workload) request(ww *wlWorker, log *wlLog, buf []uint64) []uint64 {
 	var runParent uint64
 	runHasParent := false
 	for i, bh := range buf {
-		path = fmix64(path ^ bh*0x9e3779b97f4a7c15)
-		eh := fmix64(path ^ ww.salt)
+		var eh uint64
+		path, eh = ww.engineHash(path, bh)
 		if ww.lru.touch(eh) {
 			flush(runParent, runHasParent)
 		} else {
