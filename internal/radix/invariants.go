@@ -81,13 +81,16 @@ func (ix *Index) CheckInvariants() error {
 		}
 		refs := make([]uint32, len(sh.sets))
 		nchild := make(map[uint32]uint32)
-		live := 0
+		live, unchained := 0, 0
 		for id := uint32(1); id < sh.next; id++ {
 			m := sh.meta(id)
 			if free[id] {
 				continue
 			}
 			live++
+			if !chained(id, m.parent) {
+				unchained++
+			}
 			if m.parent == noParent || m.parent >= sh.next || free[m.parent] {
 				fail("shard %d: node %d has bad parent %d", si, id, m.parent)
 				continue
@@ -139,15 +142,20 @@ func (ix *Index) CheckInvariants() error {
 		if sh.meta(rootID).set != emptySet {
 			fail("shard %d: root is held", si)
 		}
-		if sh.kids.len()+len(sh.over) != live {
-			fail("shard %d: %d keys for %d live nodes", si, sh.kids.len()+len(sh.over), live)
+		if sh.kids.len()+len(sh.over) != unchained {
+			fail("shard %d: %d keys for %d live nodes not chained", si, sh.kids.len()+len(sh.over), unchained)
 		}
 		sh.kids.all(func(k, v uint64) {
 			id := uint32(v)
-			if v>>32 != 0 || id >= sh.next || free[id] || sh.key(id) != k {
-				fail("shard %d: child-map key %x names node %d (%#x), which is free or keyed otherwise", si, k, id, v)
+			if v>>32 != 0 || id >= sh.next || free[id] || sh.key(id) != k || chained(id, sh.meta(id).parent) {
+				fail("shard %d: child-map key %x names node %d (%#x), which is free, chained or keyed otherwise", si, k, id, v)
 			}
 		})
+		for ok, id := range sh.over {
+			if id >= sh.next || free[id] || sh.key(id) != ok.key || sh.meta(id).parent != ok.parent || chained(id, ok.parent) {
+				fail("shard %d: overflow entry %v names node %d, which is free, chained or keyed otherwise", si, ok, id)
+			}
+		}
 		freeSet := make(map[uint32]bool)
 		for _, id := range sh.freeSets {
 			freeSet[id] = true

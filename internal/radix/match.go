@@ -63,7 +63,7 @@ func zeroed(buf []uint64, n int) []uint64 {
 // takes its parent's next id when that node is free, see shard.alloc), so the
 // node after id is first looked for at id+1, on the same or the next cache
 // line, and checked by key and parent, which is exact; only when that fails
-// is the child map probed. Where the next node points to the same interned
+// is the child map (of the nodes not so chained) probed. Where the next node points to the same interned
 // holder set as the last (the common case along a shared prefix) nobody can
 // leave and that is all. Where the set changes, the active workers, kept as
 // bitmaps of worker slots with one plane per best tier, are intersected with
@@ -168,7 +168,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			}
 		}
 		if m == nil {
-			if nid, ok = sh.lookup(id, k); !ok {
+			if nid, ok = sh.lookupKids(id, k); !ok {
 				break
 			}
 			m = sh.meta(nid)

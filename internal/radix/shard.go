@@ -9,12 +9,13 @@ import (
 // Everything in a shard is guarded by mu: writers (one run, one remove batch)
 // take it exclusively, Match takes it shared.
 //
-// Nodes live in a chunked arena and are named by uint32 ids; a node is keyed in
-// the shard's kids map by its path key, a 64-bit hash chained from the root
-// through the block hashes of its path (see pathKey). Because the query's path
-// keys can be computed from the prompt alone, no node needs a child map: a match
-// finds a node's child at the next id (a run's nodes are numbered in order)
-// or, failing that, with one probe of kids.
+// Nodes live in a chunked arena and are named by uint32 ids; a node carries its
+// path key, a 64-bit hash chained from the root through the block hashes of its
+// path (see pathKey). Because the query's path keys can be computed from the
+// prompt alone, no node needs a child map: a node's child is looked for at the
+// next id (a run's nodes get consecutive ids, see alloc), where it is told by
+// parent and key, and only the children found elsewhere (not chained) are
+// keyed by path key in the shard's kids map.
 //
 // A node does not list its holders itself: it points to an interned, immutable,
 // reference-counted holder set (sorted holder entries). Nodes along a shared
@@ -28,7 +29,7 @@ type shard struct {
 	free   []uint32 // freed node ids, reused first
 	live   int      // live nodes, root excluded
 
-	kids u64map           // path key -> node id
+	kids u64map           // path key -> node id, for nodes not chained
 	over map[ovKey]uint32 // nodes whose path key collides with another live node's
 
 	sets     []hset
@@ -268,8 +269,20 @@ func (s *shard) key(id uint32) uint64 {
 	return s.chunks[id>>chunkBits].meta[id&chunkMask].key
 }
 
-// lookup finds the child of parent whose path key is k.
+// lookup finds the child of parent whose path key is k: at parent's next id
+// (see chained) or in kids.
 func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
+	if id := parent + 1; id < s.next {
+		if m := s.meta(id); m.parent == parent && m.key == k {
+			return id, true
+		}
+	}
+	return s.lookupKids(parent, k)
+}
+
+// lookupKids finds the child of parent whose path key is k among the nodes
+// that are not chained.
+func (s *shard) lookupKids(parent uint32, k uint64) (uint32, bool) {
 	v, ok := s.kids.get(k)
 	if !ok {
 		return 0, false
@@ -285,10 +298,14 @@ func (s *shard) lookup(parent uint32, k uint64) (uint32, bool) {
 	return id, ok
 }
 
+// chained reports whether node id, a child of parent, has its parent's next
+// id. Such a node is found there (by parent and key, which is exact) and is
+// not keyed in kids: most nodes are chained (see alloc), so kids stays small
+// and a store or free of a chained node touches no hash table.
+func chained(id, parent uint32) bool { return id == parent+1 }
+
 // runKeys returns the path keys of blocks under parent (valid until the next
-// call) and touches, before any is used, the child-map slots and nodes they
-// find, so that the cache misses of a whole run overlap instead of coming one
-// after another.
+// call).
 func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 	keys := s.keys[:0]
 	k := s.key(parent)
@@ -297,26 +314,12 @@ func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
 		keys = append(keys, k)
 	}
 	s.keys = keys
-	if len(s.kids.slots) == 0 {
-		return keys
-	}
-	var sink uint64
-	for _, k := range keys {
-		sink += s.kids.first(k)
-	}
-	for _, k := range keys {
-		if v, ok := s.kids.get(k); ok {
-			sink += uint64(s.meta(uint32(v)).set)
-		}
-	}
-	s.sink += sink
 	return keys
 }
 
 // touchUpdates touches, before a remove (or tier store) batch changes them,
 // the nodes bound to the leading engine hashes of ws that lie in this shard
-// (si), and their child-map slots (which release reads when a node is freed),
-// so that the batch's cache misses overlap instead of coming one after
+// (si), so that the batch's cache misses overlap instead of coming one after
 // another. It stops at the first hash bound elsewhere (so a batch is touched
 // once in all) and is only loads: the caller holds the shard's lock and ws's.
 func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
@@ -329,31 +332,36 @@ func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 		if !ok || binding(v).shard() != si {
 			break
 		}
-		sink += s.kids.first(s.key(binding(v).node())) // the node and its child-map slot (for release)
+		sink += s.key(binding(v).node())
 	}
 	s.sink += sink
 }
 
 // child finds or creates the child of parent whose path key is k.
 func (s *shard) child(parent uint32, k uint64) uint32 {
-	if id, ok := s.lookup(parent, k); ok {
-		return id
-	}
 	if len(s.chunks) == 0 {
 		c := new(nodeChunk)
 		c.meta[rootID] = nodeMeta{key: rootKey, parent: noParent}
 		s.chunks = append(s.chunks, c)
 	}
+	pm := s.meta(parent)
+	if pm.nchild > 0 { // (a run's new nodes have none: no lookup)
+		if id, ok := s.lookup(parent, k); ok {
+			return id
+		}
+	}
 	id := s.alloc(parent)
 	*s.meta(id) = nodeMeta{key: k, parent: parent}
-	s.meta(parent).nchild++
-	if p, taken := s.kids.ref(k); taken {
-		if s.over == nil {
-			s.over = make(map[ovKey]uint32)
+	pm.nchild++
+	if !chained(id, parent) {
+		if p, taken := s.kids.ref(k); taken {
+			if s.over == nil {
+				s.over = make(map[ovKey]uint32)
+			}
+			s.over[ovKey{parent, k}] = id
+		} else {
+			*p = uint64(id)
 		}
-		s.over[ovKey{parent, k}] = id
-	} else {
-		*p = uint64(id)
 	}
 	s.live++
 	// Keep free within 2 ids per free node (plus slack): alloc leaves listed
@@ -418,7 +426,8 @@ func (s *shard) release(id uint32) {
 			return
 		}
 		k, p := s.key(id), m.parent
-		if cur, ok := s.kids.get(k); ok && uint32(cur) == id {
+		if chained(id, p) { // not in kids
+		} else if cur, ok := s.kids.get(k); ok && uint32(cur) == id {
 			s.kids.del(k)
 			for ok2, oid := range s.over {
 				if ok2.key == k {
