@@ -63,9 +63,9 @@ func zeroed(buf []uint64, n int) []uint64 {
 // takes its parent's next id when that node is free, see shard.alloc), so the
 // node after id is first looked for at id+1, on the same or the next cache
 // line, and checked by key and parent, which is exact; only when that fails
-// is the child map (of the nodes not so chained) probed. Where the next node points to the same interned
-// holder set as the last (the common case along a shared prefix) nobody can
-// leave and that is all. Where the set changes, the active workers, kept as
+// is the child map (of the nodes not so chained) probed. Where the next node
+// points to the same interned holder set as the last (the common case along a
+// shared prefix) nobody can leave and that is all. Where the set changes, the active workers, kept as
 // bitmaps of worker slots with one plane per best tier, are intersected with
 // the set's own bitmaps (built for it when it was interned, or here for small
 // sets) 64 workers at a time; only workers that leave or change tier touch

@@ -30,7 +30,7 @@ type shard struct {
 	live   int      // live nodes, root excluded
 
 	kids u64map           // path key -> node id, for nodes not chained
-	over map[ovKey]uint32 // nodes whose path key collides with another live node's
+	over map[ovKey]uint32 // unchained nodes whose path key another one has in kids
 
 	sets     []hset
 	freeSets []uint32
