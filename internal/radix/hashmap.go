@@ -5,7 +5,7 @@ import "math/bits"
 // u64map is an open-addressing hash map from uint64 to uint64: linear probing
 // over one array of {key, value} slots, any table size (a hash is mapped onto
 // the table by multiply-shift), deletion by backward shift so there are no
-// tombstones, growth at 80% load and shrinking below 25%. Slots hold keys
+// tombstones, growth at 70% load and shrinking below 25%. Slots hold keys
 // mixed by fmix64 (a bijection that keeps 0 at 0), so a slot's home is one
 // multiply away: the backward shift of a delete computes it for every slot of
 // the cluster. Key 0 marks an empty slot, so it is kept aside.
@@ -102,7 +102,7 @@ func (m *u64map) ref(k uint64) (*uint64, bool) {
 		m.hasZero = true
 		return &m.zero, had
 	}
-	if (m.n+1)*5 > len(m.slots)*4 {
+	if (m.n+1)*10 > len(m.slots)*7 {
 		m.resize(max(minMapSize, len(m.slots)*3/2+1))
 	}
 	s := m.slots
