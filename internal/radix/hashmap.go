@@ -59,12 +59,15 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 	}
 }
 
-// first returns the key in k's home slot: a load to warm the cache with.
+// first returns a sum of the keys in k's home slot and in the slot a cache
+// line after it: loads to warm the cache with, for the probe and for the
+// scan past k that an insert or a delete's backward shift makes.
 func (m *u64map) first(k uint64) uint64 {
 	if len(m.slots) == 0 {
 		return 0
 	}
-	return m.slots[m.home(fmix64(k))].k
+	h := m.home(fmix64(k))
+	return m.slots[h].k + m.slots[min(h+4, len(m.slots)-1)].k // (slots are 16 bytes)
 }
 
 // find returns a pointer to k's value, or nil. The pointer is valid until the
