@@ -65,7 +65,7 @@ func buildBench(b *testing.B) *benchState {
 		cfg.workers, cfg.capacity, st.buildEvents, time.Since(start).Round(time.Millisecond))
 
 	h0 := heapAlloc()
-	st.ix = New(Config{})
+	st.ix = New(Config{SegmentBlocks: envInt("KVROUTER_BENCH_SEGMENT", 0)})
 	start = time.Now()
 	st.buildErrs = parallelApply(cfg.workers, func(i int) int { return applyLog(st.ix, st.wl, logs[i]) })
 	st.buildIndex = time.Since(start)
@@ -116,20 +116,31 @@ func buildBench(b *testing.B) *benchState {
 }
 
 // walkStats describes the walks of prompts: how many holder-set changes
-// (where Match merges) they meet, how many nodes they visit, and how many of
+// (where Match merges) they meet, how many nodes they visit, how many of
 // those steps find the next node at the next id (where Match does not probe
-// the child map).
+// the child map), and how many cross into another segment (which Match finds
+// under a shard's root).
 func walkStats(ix *Index, prompts [][]uint64) string {
-	var changes, nodes, sizes, seq int
+	var changes, nodes, sizes, seq, segs int
 	for _, p := range prompts {
-		sh := ix.shards[ix.shardOf(p[0])]
-		sh.mu.RLock()
-		k, id, cur := uint64(rootKey), uint32(rootID), uint32(emptySet)
-		for _, h := range p {
+		k, id, cur := uint64(rootKey), uint32(rootID), uint32(noSet)
+		var sh *shard
+		for d, h := range p {
 			k = pathKey(k, h)
+			if ix.segmentStart(uint32(d)) {
+				if sh != nil {
+					sh.mu.RUnlock()
+				}
+				sh = ix.shards[ix.shardOf(k)]
+				sh.mu.RLock()
+				id, cur = rootID, noSet
+			}
 			nid, ok := sh.lookup(id, k)
 			if !ok {
 				break
+			}
+			if id == rootID && d > 0 {
+				segs++
 			}
 			if nid == id+1 && id != rootID {
 				seq++
@@ -145,8 +156,8 @@ func walkStats(ix *Index, prompts [][]uint64) string {
 		sh.mu.RUnlock()
 	}
 	n := float64(len(prompts))
-	return fmt.Sprintf("per prompt %.1f nodes walked (%.1f%% of steps to the next id), %.1f set changes, %.0f mean set size at a change",
-		float64(nodes)/n, 100*float64(seq)/float64(max(nodes-len(prompts), 1)), float64(changes)/n, float64(sizes)/float64(max(changes, 1)))
+	return fmt.Sprintf("per prompt %.1f nodes walked (%.1f%% of steps within a segment to the next id), %.1f segments entered after the first, %.1f set changes, %.0f mean set size at a change",
+		float64(nodes)/n, 100*float64(seq)/float64(max(nodes-len(prompts)-segs, 1)), float64(segs)/n, float64(changes)/n, float64(sizes)/float64(max(changes, 1)))
 }
 
 // cpuTime is the process's user+system CPU time: on a shared machine it

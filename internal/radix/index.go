@@ -14,15 +14,21 @@ type Config struct {
 	// Shards is the number of shards, rounded up to a power of two and capped
 	// at MaxShards; 0 means DefaultShards.
 	Shards int
+	// SegmentBlocks sets where the index cuts a path into segments, each
+	// kept in the shard its first node's path key picks: a segment starts at
+	// the root and at SegmentBlocks times each power of two blocks deep (64,
+	// 128, 256, 512, ... for the default). 0 means DefaultSegmentBlocks.
+	SegmentBlocks int
 	// CheckInvariants runs the expensive consistency check after every
 	// mutating call and panics on a violation. For tests.
 	CheckInvariants bool
 }
 
-// Shard counts.
+// Shard counts and the default segment length.
 const (
-	DefaultShards = 64
-	MaxShards     = 256
+	DefaultShards        = 64
+	MaxShards            = 256
+	DefaultSegmentBlocks = 64
 )
 
 // Stats are the index's counters.
@@ -45,7 +51,8 @@ type Stats struct {
 type Index struct {
 	cfg    Config
 	shards []*shard
-	shift  uint // 64 - log2(len(shards))
+	shift  uint   // 64 - log2(len(shards))
+	seg    uint32 // Config.SegmentBlocks
 	reg    registry
 
 	scratch     []matchScratch
@@ -63,7 +70,11 @@ func New(cfg Config) *Index {
 	}
 	lg := bits.Len(uint(n - 1))
 	n = 1 << lg
-	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg)}
+	seg := cfg.SegmentBlocks
+	if seg <= 0 {
+		seg = DefaultSegmentBlocks
+	}
+	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg), seg: uint32(seg)}
 	for i := range ix.shards {
 		ix.shards[i] = newShard()
 	}
@@ -71,12 +82,29 @@ func New(cfg Config) *Index {
 	return ix
 }
 
-// shardOf picks the shard of a root child by its block hash.
-func (ix *Index) shardOf(h uint64) int {
+// shardOf picks the shard of a segment by the path key of its first node.
+//
+// Sharding by segment rather than by a prompt's first block keeps writers
+// apart when every prompt starts alike (one chat template or system prompt,
+// which would put the whole index in one shard): only the segments inside
+// such a shared prefix share a shard, and their nodes are the popular ones,
+// rarely stored or evicted.
+func (ix *Index) shardOf(k uint64) int {
 	if ix.shift == 64 {
 		return 0
 	}
-	return int(fmix64(h^0x2545f4914f6cdd1d) >> ix.shift)
+	return int(fmix64(k^0x2545f4914f6cdd1d) >> ix.shift)
+}
+
+// segmentEnd returns the depth at which the segment holding depth d ends:
+// where the next one starts (see Config.SegmentBlocks).
+func (ix *Index) segmentEnd(d uint32) uint64 {
+	return uint64(ix.seg) << bits.Len32(d/ix.seg)
+}
+
+// segmentStart reports whether a segment starts at depth d.
+func (ix *Index) segmentStart(d uint32) bool {
+	return d == 0 || ix.segmentEnd(d-1) == uint64(d)
 }
 
 // Store attaches blocks, in sequence order, under the node of parent (an engine
@@ -108,74 +136,103 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 		ws.invalid.Add(1)
 		return err
 	}
-	si, pnode := 0, uint32(rootID)
+	// Where the run starts: under parent's node (its shard, key and depth)
+	// or under the root.
+	psi, pnode, pkey, depth := -1, uint32(rootID), uint64(rootKey), uint32(0)
 	if hasParent {
 		v, ok := ws.blocks.get(parent)
-		b := binding(v)
 		if !ok {
 			ws.parentNotFound.Add(1)
 			return fmt.Errorf("store on %s: parent %#x: %w", ws.w, parent, ErrParentNotFound)
 		}
-		si, pnode = b.shard(), b.node()
-	} else {
-		si = ix.shardOf(blocks[0].BlockHash)
+		b := binding(v)
+		psi, pnode = b.shard(), b.node()
+		sh := ix.shards[psi]
+		sh.mu.RLock() // (the node is ws's, so it stays; its shard's arrays may move)
+		m := sh.meta(pnode)
+		pkey, depth = m.key, m.depth+1
+		sh.mu.RUnlock()
 	}
+	keys := ws.keys[:0]
+	for k, i := pkey, 0; i < len(blocks); i++ {
+		k = pathKey(k, blocks[i].BlockHash)
+		keys = append(keys, k)
+	}
+	ws.keys = keys
 	var sink uint64
 	for _, bl := range blocks {
 		sink += ws.blocks.first(bl.EngineHash) // overlap the worker-map misses of the run
 	}
 	ws.sink += sink
-	// An engine hash bound in another shard is being re-bound to a different
-	// prefix: drop the old binding first (one shard lock at a time).
-	for _, bl := range blocks {
-		if v, ok := ws.blocks.get(bl.EngineHash); ok && binding(v).shard() != si {
-			ix.unbind(ws, bl.EngineHash, binding(v))
+	// segment returns the blocks from i to the end of i's segment and the
+	// shard and node they go under.
+	segment := func(i int) (end, si int, under uint32) {
+		d := depth + uint32(i)
+		end = int(min(uint64(len(blocks)), uint64(i)+ix.segmentEnd(d)-uint64(d)))
+		if i == 0 && hasParent && !ix.segmentStart(d) {
+			return end, psi, pnode
 		}
+		return end, ix.shardOf(keys[i]), rootID
 	}
-	sh := ix.shards[si]
-	sh.mu.Lock()
-	keys := sh.runKeys(pnode, blocks)
-	prev := pnode
-	var memo setMemo
+	// An engine hash bound in another shard than its block's segment is being
+	// re-bound to a different prefix: drop the old binding first (one shard
+	// lock at a time).
+	for i := 0; i < len(blocks); {
+		end, si, _ := segment(i)
+		for _, bl := range blocks[i:end] {
+			if v, ok := ws.blocks.get(bl.EngineHash); ok && binding(v).shard() != si {
+				ix.unbind(ws, bl.EngineHash, binding(v))
+			}
+		}
+		i = end
+	}
 	var dups, full uint64
-	for i, bl := range blocks {
-		id := sh.child(prev, keys[i])
-		prev = id
-		p, had := ws.blocks.ref(bl.EngineHash)
-		b := binding(*p)
-		switch {
-		case had && b.node() == id:
-			c := b.copies(tier)
-			if c > 0 {
-				dups++
-			} else if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
-				full++
-				continue
-			}
-			if c < maxCopies {
-				c++
-			}
-			*p = uint64(b.withCopies(tier, c))
-		default:
-			// Hold the new node before dropping an old binding in this shard,
-			// so that freeing the old node can never free the new path.
-			if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
-				// maxHolderCount of this worker's engine hashes already
-				// hold this prefix on this tier: skip the block (an old
-				// binding stays where it was).
-				if !had {
-					ws.blocks.del(bl.EngineHash)
+	for i := 0; i < len(blocks); {
+		end, si, prev := segment(i)
+		sh := ix.shards[si]
+		sh.mu.Lock()
+		var memo setMemo
+		for ; i < end; i++ {
+			bl := blocks[i]
+			id := sh.child(prev, keys[i], depth+uint32(i))
+			prev = id
+			p, had := ws.blocks.ref(bl.EngineHash)
+			b := binding(*p) // (when had, bound in si: see above)
+			switch {
+			case had && b.node() == id:
+				c := b.copies(tier)
+				if c > 0 {
+					dups++
+				} else if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
+					full++
+					continue
 				}
-				full++
-				continue
+				if c < maxCopies {
+					c++
+				}
+				*p = uint64(b.withCopies(tier, c))
+			default:
+				// Hold the new node before dropping an old binding in this
+				// shard, so that freeing the old node can never free the
+				// new path.
+				if !sh.adjust(id, ws.slot, tierOne(tier, 1), &memo) {
+					// maxHolderCount of this worker's engine hashes already
+					// hold this prefix on this tier: skip the block (an old
+					// binding stays where it was).
+					if !had {
+						ws.blocks.del(bl.EngineHash)
+					}
+					full++
+					continue
+				}
+				if had {
+					sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
+				}
+				*p = uint64(makeBinding(si, id).withCopies(tier, 1))
 			}
-			if had {
-				sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
-			}
-			*p = uint64(makeBinding(si, id).withCopies(tier, 1))
 		}
+		sh.mu.Unlock()
 	}
-	sh.mu.Unlock()
 	ws.setCached()
 	ws.stores.Add(1)
 	ws.blocksStored.Add(uint64(len(blocks)) - full)

@@ -96,6 +96,13 @@ func (ix *Index) CheckInvariants() error {
 				continue
 			}
 			nchild[m.parent]++
+			if m.parent == rootID {
+				if !ix.segmentStart(m.depth) || ix.shardOf(m.key) != si {
+					fail("shard %d: node %d under the root at depth %d starts no segment of this shard", si, id, m.depth)
+				}
+			} else if pd := sh.meta(m.parent).depth; m.depth != pd+1 || ix.segmentStart(m.depth) {
+				fail("shard %d: node %d at depth %d under a node at depth %d, or at a segment's start", si, id, m.depth, pd)
+			}
 			if got, ok := sh.lookup(m.parent, sh.key(id)); !ok || got != id {
 				fail("shard %d: node %d not found by its key (got %d, %v)", si, id, got, ok)
 			}

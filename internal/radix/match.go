@@ -58,14 +58,18 @@ func zeroed(buf []uint64, n int) []uint64 {
 // Scores are appended to out[:0] in worker-slot order; nothing is allocated
 // when out has the capacity.
 //
-// The walk takes one shard's read lock and finds each next node of the prompt
-// from the last: a store run's new nodes get consecutive ids (a new child
-// takes its parent's next id when that node is free, see shard.alloc), so the
-// node after id is first looked for at id+1, on the same or the next cache
-// line, and checked by key and parent, which is exact; only when that fails
-// is the child map (of the nodes not so chained) probed. Where the next node
-// points to the same interned holder set as the last (the common case along a
-// shared prefix) nobody can leave and that is all. Where the set changes, the active workers, kept as
+// The walk takes the read lock of one shard at a time, that of the segment it
+// is in (see Config.SegmentBlocks), so a Match racing a store sees each
+// segment of the run before or after it. It finds each next node of the
+// prompt from the last: a store run's new nodes get consecutive ids (a new
+// child takes its parent's next id when that node is free, see shard.alloc),
+// so the node after id is first looked for at id+1, on the same or the next
+// cache line, and checked by key and parent, which is exact; only when that
+// fails is the child map (of the nodes not so chained) probed. A segment's
+// first node is found under its shard's root. Where the next node points to
+// the same interned holder set as the last (the common case along a shared
+// prefix) nobody can leave and that is all. Where the set changes (and at a
+// segment's first node: set ids are per shard), the active workers, kept as
 // bitmaps of worker slots with one plane per best tier, are intersected with
 // the set's own bitmaps (built for it when it was interned, or here for small
 // sets) 64 workers at a time; only workers that leave or change tier touch
@@ -77,9 +81,9 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	if len(blockHashes) == 0 {
 		return out
 	}
-	sh := ix.shards[ix.shardOf(blockHashes[0])]
-	sh.mu.RLock()
 	k := pathKey(rootKey, blockHashes[0])
+	sh := ix.shards[ix.shardOf(k)]
+	sh.mu.RLock()
 	id, ok := sh.lookup(rootID, k)
 	if !ok {
 		sh.mu.RUnlock()
@@ -108,16 +112,26 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		scr.res = make([]matchRes, n)
 	}
 	res := scr.res[:n]
+	// The scores' slots, set aside now: first is the shard's, which the walk
+	// may leave.
+	if cap(out) < n {
+		out = make([]Score, n)
+	} else {
+		out = out[:n]
+	}
+	for i, e := range first {
+		out[i].Slot = entrySlot(e)
+	}
 	aw := scr.aw[:0]
 	var tiers uint8 // a superset of the active workers' tiers
 	// res and pos (per-worker tier accounting) are needed only once a best
 	// tier other than the device's appears; until then a worker's Score
 	// follows from where it left.
 	tiered := false
-	fillTiers := func() {
-		for i, e := range first {
-			res[i] = matchRes{tier: bestTier(e)}
-			pos[entrySlot(e)-lo<<6] = uint32(i)
+	fillTiers := func() { // (with everyone on the device tier so far)
+		for i := range out {
+			res[i] = matchRes{tier: TierDevice}
+			pos[out[i].Slot-lo<<6] = uint32(i)
 		}
 		tiered = true
 	}
@@ -154,26 +168,44 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		act[aw[len(aw)-1]] = dev
 		if tiers != 1<<TierDevice {
 			fillTiers()
+			for i, e := range first {
+				res[i].tier = bestTier(e)
+			}
 		}
 	}
+	segEnd := ix.segmentEnd(0)
 	d := 1
 	for ; d < len(blockHashes); d++ {
 		k = pathKey(k, blockHashes[d])
-		nid := id + 1
 		var m *nodeMeta
-		if nid < sh.next {
-			m = sh.meta(nid)
-			if m.parent != id || m.key != k {
-				m = nil
-			}
-		}
-		if m == nil {
-			if nid, ok = sh.lookupKids(id, k); !ok {
+		if uint64(d) == segEnd {
+			// The next segment: in the shard its first node's key picks,
+			// under that shard's root.
+			segEnd = ix.segmentEnd(uint32(d))
+			sh.mu.RUnlock()
+			sh = ix.shards[ix.shardOf(k)]
+			sh.mu.RLock()
+			if id, ok = sh.lookup(rootID, k); !ok {
 				break
 			}
-			m = sh.meta(nid)
+			m = sh.meta(id)
+			cur = noSet // (set ids are the shard's own: merge)
+		} else {
+			nid := id + 1
+			if nid < sh.next {
+				m = sh.meta(nid)
+				if m.parent != id || m.key != k {
+					m = nil
+				}
+			}
+			if m == nil {
+				if nid, ok = sh.lookupKids(id, k); !ok {
+					break
+				}
+				m = sh.meta(nid)
+			}
+			id = nid
 		}
-		id = nid
 		if m.set == cur {
 			continue
 		}
@@ -279,6 +311,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			break
 		}
 	}
+	sh.mu.RUnlock()
 	for _, x := range aw {
 		for t := range NumTiers {
 			for o := act[uint32(t)*nw+x]; o != 0; o &= o - 1 {
@@ -287,14 +320,9 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			act[uint32(t)*nw+x] = 0
 		}
 	}
-	if cap(out) < n {
-		out = make([]Score, n)
-	} else {
-		out = out[:n]
-	}
 	dir := ix.reg.slots()
-	for i, e := range first {
-		slot := entrySlot(e)
+	for i := range out {
+		slot := out[i].Slot
 		se := slotOf(dir, slot)
 		sc := &out[i] // (field by field: a Score literal is built aside and copied)
 		sc.Matched = mat[slot-lo<<6]
@@ -305,9 +333,8 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		} else {
 			sc.ByTier = [NumTiers]uint32{TierDevice: sc.Matched}
 		}
-		sc.Cached, sc.Slot = se.cached.Load(), slot
+		sc.Cached = se.cached.Load()
 	}
-	sh.mu.RUnlock()
 	scr.act, scr.aw = act, aw[:0]
 	ix.putScratch(scr)
 	return out

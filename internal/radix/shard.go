@@ -5,9 +5,13 @@ import (
 	"sync"
 )
 
-// A shard owns the subtrees of the root children whose block hash maps to it.
-// Everything in a shard is guarded by mu: writers (one run, one remove batch)
-// take it exclusively, Match takes it shared.
+// A shard owns the path segments (see Config.SegmentBlocks) whose first node's
+// path key maps to it. A segment's first node is a child of the shard's root,
+// whatever its depth, keyed by its path key: so the index tells two paths
+// apart there by their 64-bit path keys alone, as it tells two prompts' first
+// blocks apart by their block hashes. Everything in a shard is guarded by mu:
+// writers (one run's segment, one remove batch's nodes in the shard) take it
+// exclusively, Match takes it shared while it walks a segment.
 //
 // Nodes live in a chunked arena and are named by uint32 ids; a node carries its
 // path key, a 64-bit hash chained from the root through the block hashes of its
@@ -36,7 +40,6 @@ type shard struct {
 	freeSets []uint32
 	intern   u64map     // set content hash -> set id
 	spare    spareWords // arrays of freed sets, for new sets
-	keys     []uint64   // a store run's path keys
 	sink     uint64     // keeps prefetching loads alive
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
@@ -50,6 +53,7 @@ const (
 	rootID   = 0
 	noParent = ^uint32(0)
 	emptySet = 0
+	noSet    = ^uint32(0) // no set's id
 
 	// rootKey is the path key of every shard's root.
 	rootKey = 0x6b76726f75746572 // "kvrouter"
@@ -63,6 +67,7 @@ type nodeMeta struct {
 	parent uint32 // noParent for the root and for free nodes
 	set    uint32 // holder set id; emptySet when no worker holds the node
 	nchild uint32 // live children
+	depth  uint32 // blocks before this one on its path
 }
 
 type nodeChunk struct {
@@ -304,19 +309,6 @@ func (s *shard) lookupKids(parent uint32, k uint64) (uint32, bool) {
 // and a store or free of a chained node touches no hash table.
 func chained(id, parent uint32) bool { return id == parent+1 }
 
-// runKeys returns the path keys of blocks under parent (valid until the next
-// call).
-func (s *shard) runKeys(parent uint32, blocks []Block) []uint64 {
-	keys := s.keys[:0]
-	k := s.key(parent)
-	for _, bl := range blocks {
-		k = pathKey(k, bl.BlockHash)
-		keys = append(keys, k)
-	}
-	s.keys = keys
-	return keys
-}
-
 // touchUpdates touches, before a remove (or tier store) batch changes them,
 // the nodes bound to the leading engine hashes of ws that lie in this shard
 // (si), so that the batch's cache misses overlap instead of coming one after
@@ -337,8 +329,9 @@ func (s *shard) touchUpdates(ws *workerState, si int, hashes []uint64) {
 	s.sink += sink
 }
 
-// child finds or creates the child of parent whose path key is k.
-func (s *shard) child(parent uint32, k uint64) uint32 {
+// child finds or creates the child of parent whose path key is k, at depth
+// (a child of the root is the first node of a segment, at any depth).
+func (s *shard) child(parent uint32, k uint64, depth uint32) uint32 {
 	if len(s.chunks) == 0 {
 		c := new(nodeChunk)
 		c.meta[rootID] = nodeMeta{key: rootKey, parent: noParent}
@@ -351,7 +344,7 @@ func (s *shard) child(parent uint32, k uint64) uint32 {
 		}
 	}
 	id := s.alloc(parent)
-	*s.meta(id) = nodeMeta{key: k, parent: parent}
+	*s.meta(id) = nodeMeta{key: k, parent: parent, depth: depth}
 	pm.nchild++
 	if !chained(id, parent) {
 		if p, taken := s.kids.ref(k); taken {

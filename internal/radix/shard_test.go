@@ -2,6 +2,7 @@ package radix
 
 import (
 	"cmp"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -14,14 +15,14 @@ func TestPathKeyCollision(t *testing.T) {
 	s := newShard()
 	var memo setMemo
 	hold := func(id uint32, d int8) { s.adjust(id, 7, tierOne(TierDevice, d), &memo) }
-	a := s.child(rootID, 111)
-	b := s.child(rootID, 222)
+	a := s.child(rootID, 111, 0)
+	b := s.child(rootID, 222, 0)
 	hold(a, 1)
 	hold(b, 1)
 	const k = 999
-	ca := s.child(a, k)
+	ca := s.child(a, k, 1)
 	hold(ca, 1)
-	cb := s.child(b, k) // same key, other parent: goes to the overflow map
+	cb := s.child(b, k, 1) // same key, other parent: goes to the overflow map
 	hold(cb, 1)
 	if ca == cb || len(s.over) != 1 {
 		t.Fatalf("collision not kept apart: %d %d over=%v", ca, cb, s.over)
@@ -46,7 +47,7 @@ func TestPathKeyCollision(t *testing.T) {
 		t.Fatal("freed node still found")
 	}
 	// And the other way round: free the overflow node while the main one lives.
-	ca = s.child(a, k)
+	ca = s.child(a, k, 1)
 	hold(ca, 1)
 	hold(ca, -1) // ca was the overflow entry this time
 	if got, ok := s.lookup(b, k); !ok || got != cb || len(s.over) != 0 {
@@ -77,7 +78,7 @@ func TestPrefixKeys(t *testing.T) {
 	if err := ix.Store(w, 0, false, TierDevice, []Block{{EngineHash: 7, BlockHash: 1}, {EngineHash: 8, BlockHash: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	sh := ix.shards[ix.shardOf(1)]
+	sh := ix.shards[ix.rootShard(1)]
 	if _, ok := sh.lookup(rootID, ab[0]); !ok {
 		t.Fatal("the index does not key block 1's node by PrefixKeys([1])[0]")
 	}
@@ -205,12 +206,12 @@ func TestNextBits(t *testing.T) {
 // that each still gets consecutive node ids, which Match follows without
 // probing the child map.
 func TestRunIDsAfterInterleavedFrees(t *testing.T) {
-	ix := New(Config{})
-	w := Worker{ID: "w"}
 	const chains, depth = 8, 24
+	ix := New(Config{SegmentBlocks: depth}) // (each chain one segment)
+	w := Worker{ID: "w"}
 	var firsts []uint64 // first blocks in one shard, so the chains share a free list
 	for h := uint64(1); len(firsts) < 2*chains+1; h++ {
-		if ix.shardOf(h) == ix.shardOf(1) {
+		if ix.rootShard(h) == ix.rootShard(1) {
 			firsts = append(firsts, h)
 		}
 	}
@@ -242,7 +243,7 @@ func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 	if err := ix.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	sh := ix.shards[ix.shardOf(firsts[0])]
+	sh := ix.shards[ix.rootShard(firsts[0])]
 	steps, next := 0, 0
 	for c := chains; c < 2*chains; c++ {
 		k, id := pathKey(rootKey, firsts[c]), uint32(0)
@@ -274,9 +275,9 @@ func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 // must be compacted to stay within bounds (CheckInvariants checks the bound
 // and that every free node is still listed).
 func TestFreeListCompaction(t *testing.T) {
-	ix := New(Config{})
-	w := Worker{ID: "w"}
 	const depth = 24
+	ix := New(Config{SegmentBlocks: depth}) // (each chain one segment)
+	w := Worker{ID: "w"}
 	run := func(first, tag uint64) []Block {
 		blocks := make([]Block, depth)
 		for i := range blocks {
@@ -286,12 +287,12 @@ func TestFreeListCompaction(t *testing.T) {
 		return blocks
 	}
 	var second uint64 // a first block in the shard of block 1
-	for second = 2; ix.shardOf(second) != ix.shardOf(1); second++ {
+	for second = 2; ix.rootShard(second) != ix.rootShard(1); second++ {
 	}
 	if err := ix.Store(w, 0, false, TierDevice, run(1, 1)); err != nil { // keeps the shard from emptying
 		t.Fatal(err)
 	}
-	sh := ix.shards[ix.shardOf(1)]
+	sh := ix.shards[ix.rootShard(1)]
 	maxListed := 0
 	for cycle := range 200 {
 		blocks := run(second, 2)
@@ -314,5 +315,88 @@ func TestFreeListCompaction(t *testing.T) {
 	}
 	if maxListed < 1024 {
 		t.Fatalf("the free list never grew past %d ids: compaction was not exercised", maxListed)
+	}
+}
+
+// rootShard is the shard of the segment that starts with block hash h.
+func (ix *Index) rootShard(h uint64) int { return ix.shardOf(pathKey(rootKey, h)) }
+
+func TestSegmentBounds(t *testing.T) {
+	for _, tc := range []struct {
+		seg    int
+		starts []uint32 // every segment start below 600
+	}{
+		{16, []uint32{0, 16, 32, 64, 128, 256, 512}},
+		{1, []uint32{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512}},
+		{3, []uint32{0, 3, 6, 12, 24, 48, 96, 192, 384}},
+	} {
+		ix := New(Config{SegmentBlocks: tc.seg})
+		var got []uint32
+		for d := uint32(0); d < 600; d++ {
+			if ix.segmentStart(d) {
+				got = append(got, d)
+			}
+			// segmentEnd is the next start.
+			want := d + 1
+			for !ix.segmentStart(want) {
+				want++
+			}
+			if e := ix.segmentEnd(d); e != uint64(want) {
+				t.Fatalf("segment %d: segmentEnd(%d) = %d, want %d", tc.seg, d, e, want)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.starts) {
+			t.Errorf("segment %d: starts %v, want %v", tc.seg, got, tc.starts)
+		}
+	}
+}
+
+// TestSegmentsSpreadSharedPrefix stores conversations behind one shared
+// prefix, as a fleet with one chat template or system prompt sees them: by
+// segment, their nodes spread over the shards; with one segment per path (as
+// when sharding by the first block) they all sit in one.
+func TestSegmentsSpreadSharedPrefix(t *testing.T) {
+	const convs, shared, length = 64, 20, 100
+	for _, tc := range []struct {
+		seg       int
+		minShards int
+		maxShards int
+	}{
+		{0, 32, DefaultShards}, // (64 segments from depth 64 over 64 shards: about 40)
+		{1 << 20, 1, 1},
+	} {
+		ix := New(Config{SegmentBlocks: tc.seg, CheckInvariants: true})
+		for c := range convs {
+			w := Worker{ID: fmt.Sprintf("w%d", c)}
+			blocks := make([]Block, length)
+			for i := range blocks {
+				bh := uint64(1000 + i) // the shared prefix
+				if i >= shared {
+					bh = uint64(c)<<32 | uint64(i)
+				}
+				blocks[i] = Block{EngineHash: uint64(i + 1), BlockHash: bh}
+			}
+			if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+				t.Fatal(err)
+			}
+			prompt := make([]uint64, length)
+			for i, b := range blocks {
+				prompt[i] = b.BlockHash
+			}
+			if out := ix.Match(prompt, nil); len(out) != c+1 {
+				t.Fatalf("segment %d: conversation %d: %d scores, want %d", tc.seg, c, len(out), c+1)
+			} else if got := out[c].Matched; got != length {
+				t.Fatalf("segment %d: conversation %d matched %d blocks of its own, want %d", tc.seg, c, got, length)
+			}
+		}
+		used := 0
+		for _, sh := range ix.shards {
+			if sh.live > 0 {
+				used++
+			}
+		}
+		if used < tc.minShards || used > tc.maxShards {
+			t.Errorf("segment %d: nodes in %d shards, want %d..%d", tc.seg, used, tc.minShards, tc.maxShards)
+		}
 	}
 }

@@ -12,7 +12,8 @@ type workerState struct {
 	w    Worker
 	slot uint32
 
-	blocks u64map // engine hash -> binding
+	blocks u64map   // engine hash -> binding
+	keys   []uint64 // a store run's path keys
 
 	cached *atomic.Uint64 // in the worker's slot entry
 

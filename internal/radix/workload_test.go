@@ -19,7 +19,7 @@ import (
 type wlConfig struct {
 	workers  int // KVROUTER_BENCH_WORKERS, default 1000
 	capacity int // blocks per worker, KVROUTER_BENCH_CAPACITY, default 16384
-	sys      int // system prompts
+	sys      int // system prompts, KVROUTER_BENCH_SYS, default 32
 	convs    int // conversations
 	maxLen   int // blocks per prompt
 }
@@ -35,7 +35,7 @@ func benchConfig() wlConfig {
 	return wlConfig{
 		workers:  envInt("KVROUTER_BENCH_WORKERS", 1000),
 		capacity: envInt("KVROUTER_BENCH_CAPACITY", 16384),
-		sys:      32,
+		sys:      envInt("KVROUTER_BENCH_SYS", 32),
 		convs:    200000,
 		maxLen:   512,
 	}
