@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // Config is the router's configuration: defaults, then the --config file,
@@ -39,6 +41,9 @@ type Config struct {
 	ApproxCapacity      int           `yaml:"approx_capacity"`
 
 	IngestQueue int `yaml:"ingest_queue"`
+
+	IndexShards        int `yaml:"index_shards"`
+	IndexSegmentBlocks int `yaml:"index_segment_blocks"`
 
 	Workers []WorkerConfig `yaml:"workers"`
 }
@@ -104,6 +109,8 @@ func defaultConfig() Config {
 		PredictionMaxBlocks: 64,
 		ApproxCapacity:      16384,
 		IngestQueue:         0,
+		IndexShards:         radix.DefaultShards,
+		IndexSegmentBlocks:  radix.DefaultSegmentBlocks,
 	}
 }
 
@@ -127,6 +134,8 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.PredictionMaxBlocks, "prediction-max-blocks", c.PredictionMaxBlocks, "blocks one Route predicts past the chosen worker's matched prefix")
 	fs.IntVar(&c.ApproxCapacity, "approx-capacity", c.ApproxCapacity, "predicted blocks kept per rank of a worker without events")
 	fs.IntVar(&c.IngestQueue, "ingest-queue", c.IngestQueue, "batches queued per worker/rank before the reader waits (0: default)")
+	fs.IntVar(&c.IndexShards, "index-shards", c.IndexShards, "index shards (rounded up to a power of two, at most 256)")
+	fs.IntVar(&c.IndexSegmentBlocks, "index-segment-blocks", c.IndexSegmentBlocks, "index path segments start at this many blocks times each power of two; each segment is sharded by its first node")
 }
 
 // loadConfig builds the configuration from defaults, the --config file and
@@ -202,6 +211,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: drain_timeout %v must be >= 0", c.DrainTimeout)
 	case c.IngestQueue < 0:
 		return fmt.Errorf("config: ingest_queue %d must be >= 0 (0: default)", c.IngestQueue)
+	case c.IndexShards <= 0 || c.IndexShards > radix.MaxShards:
+		return fmt.Errorf("config: index_shards %d must be within 1..%d", c.IndexShards, radix.MaxShards)
+	case c.IndexSegmentBlocks <= 0:
+		return fmt.Errorf("config: index_segment_blocks %d must be positive", c.IndexSegmentBlocks)
 	}
 	for _, w := range []struct {
 		name string

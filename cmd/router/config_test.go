@@ -27,6 +27,9 @@ func TestConfigRejectsSilentlyDefaultedValues(t *testing.T) {
 		{[]string{"--tier-weights", "1,1.5,0.25,0"}, "tier_weights"},
 		{[]string{"--drain-timeout", "-1s"}, "drain_timeout"},
 		{[]string{"--ingest-queue", "-1"}, "ingest_queue"},
+		{[]string{"--index-shards", "0"}, "index_shards"},
+		{[]string{"--index-shards", "1024"}, "index_shards"},
+		{[]string{"--index-segment-blocks", "0"}, "index_segment_blocks"},
 	} {
 		_, err := loadConfig(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.key) {

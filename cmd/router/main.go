@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	index := radix.New(radix.Config{})
+	index := radix.New(radix.Config{Shards: cfg.IndexShards, SegmentBlocks: cfg.IndexSegmentBlocks})
 	ing, err := ingest.New(ingest.Config{
 		Index:      index,
 		BlockSize:  cfg.BlockSize,
