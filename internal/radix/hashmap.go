@@ -3,8 +3,10 @@ package radix
 import "math/bits"
 
 // u64map is an open-addressing hash map from uint64 to uint64: linear probing
-// over one array of {key, value} slots, any table size (a hash is mapped onto
-// the table by multiply-shift), deletion by backward shift so there are no
+// over one array of {key, value} slots, a multiple of 4 slots (a hash picks
+// a 4-slot group by multiply-shift, and probing starts at the group's first
+// slot: a large table is page-aligned, so a group is one cache line and most
+// lookups read one line), deletion by backward shift so there are no
 // tombstones, growth at 70% load and shrinking below 25%. Slots hold keys
 // mixed by fmix64 (a bijection that keeps 0 at 0), so a slot's home is one
 // multiply away: the backward shift of a delete computes it for every slot of
@@ -30,10 +32,10 @@ func (m *u64map) len() int {
 	return m.n
 }
 
-// home is the home slot of mixed key mk.
+// home is the home slot of mixed key mk: the first of its 4-slot group.
 func (m *u64map) home(mk uint64) int {
-	hi, _ := bits.Mul64(mk, uint64(len(m.slots)))
-	return int(hi)
+	hi, _ := bits.Mul64(mk, uint64(len(m.slots)>>2))
+	return int(hi) << 2
 }
 
 // get returns the value of k.
@@ -59,15 +61,14 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 	}
 }
 
-// first returns a sum of the keys in k's home slot and in the slot a cache
-// line after it: loads to warm the cache with, for the probe and for the
-// scan past k that an insert or a delete's backward shift makes.
+// first returns the key in k's home slot: a load to warm the cache with
+// (k's group's line) for the probe, insert or delete to come.
 func (m *u64map) first(k uint64) uint64 {
 	if len(m.slots) == 0 {
 		return 0
 	}
 	h := m.home(fmix64(k))
-	return m.slots[h].k + m.slots[min(h+4, len(m.slots)-1)].k // (slots are 16 bytes)
+	return m.slots[h].k
 }
 
 // find returns a pointer to k's value, or nil. The pointer is valid until the
@@ -106,7 +107,7 @@ func (m *u64map) ref(k uint64) (*uint64, bool) {
 		return &m.zero, had
 	}
 	if (m.n+1)*10 > len(m.slots)*7 {
-		m.resize(max(minMapSize, len(m.slots)*3/2+1))
+		m.resize(max(minMapSize, (len(m.slots)*3/2+4)&^3))
 	}
 	s := m.slots
 	k = fmix64(k)
@@ -178,7 +179,7 @@ func (m *u64map) del(k uint64) {
 	if m.n == 0 {
 		m.slots = nil
 	} else if len(s) > 64 && m.n*4 < len(s) {
-		m.resize(m.n * 8 / 5)
+		m.resize((m.n*8/5 + 3) &^ 3)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestU64Map drives u64map and a Go map with the same random inserts,
@@ -72,14 +73,27 @@ func TestU64Map(t *testing.T) {
 }
 
 // TestU64MapLarge grows a map to 150,000 keys, checks every key, and deletes
-// them all in random order through every shrink, which must not thrash.
+// them all in random order through every shrink, which must not thrash. At
+// every size the table must be whole cache-line groups.
 func TestU64MapLarge(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	var m u64map
 	keys := make([]uint64, 150000)
+	checkLines := func() {
+		t.Helper()
+		// A key's group is one cache line: whole groups, on a line boundary
+		// in large tables (which Go allocates page-aligned).
+		if len(m.slots)%4 != 0 {
+			t.Fatalf("%d slots: not whole 4-slot groups", len(m.slots))
+		}
+		if len(m.slots) >= 4096 && uintptr(unsafe.Pointer(&m.slots[0]))%64 != 0 {
+			t.Fatalf("%d slots at %p: groups straddle cache lines", len(m.slots), &m.slots[0])
+		}
+	}
 	for i := range keys {
 		keys[i] = r.Uint64() | 1
 		m.set(keys[i], uint64(i))
+		checkLines()
 	}
 	for i, k := range keys {
 		if v, ok := m.get(k); !ok || v != uint64(i) {
@@ -93,6 +107,9 @@ func TestU64MapLarge(t *testing.T) {
 		if len(m.slots) != last {
 			resizes++
 			last = len(m.slots)
+			if m.slots != nil {
+				checkLines()
+			}
 		}
 		if m.len() != len(keys)-i-1 {
 			t.Fatalf("after %d deletes len %d", i+1, m.len())
