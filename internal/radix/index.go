@@ -174,19 +174,8 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 		}
 		return end, ix.shardOf(keys[i]), rootID
 	}
-	// An engine hash bound in another shard than its block's segment is being
-	// re-bound to a different prefix: drop the old binding first (one shard
-	// lock at a time).
-	for i := 0; i < len(blocks); {
-		end, si, _ := segment(i)
-		for _, bl := range blocks[i:end] {
-			if v, ok := ws.blocks.get(bl.EngineHash); ok && binding(v).shard() != si {
-				ix.unbind(ws, bl.EngineHash, binding(v))
-			}
-		}
-		i = end
-	}
 	var dups, full uint64
+	moved := ws.moved[:0]
 	for i := 0; i < len(blocks); {
 		end, si, prev := segment(i)
 		sh := ix.shards[si]
@@ -197,7 +186,14 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 			id := sh.child(prev, keys[i], depth+uint32(i))
 			prev = id
 			p, had := ws.blocks.ref(bl.EngineHash)
-			b := binding(*p) // (when had, bound in si: see above)
+			b := binding(*p)
+			if had && b.shard() != si {
+				// The engine hash moves to a prefix in another shard:
+				// its old binding is dropped there after this
+				// segment, holding one shard lock at a time.
+				moved = append(moved, b)
+				had, b = false, 0
+			}
 			switch {
 			case had && b.node() == id:
 				c := b.copies(tier)
@@ -232,7 +228,12 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 			}
 		}
 		sh.mu.Unlock()
+		for _, b := range moved {
+			ix.drop(ws, b)
+		}
+		moved = moved[:0]
 	}
+	ws.moved = moved
 	ws.setCached()
 	ws.stores.Add(1)
 	ws.blocksStored.Add(uint64(len(blocks)) - full)
@@ -251,14 +252,13 @@ func tierOne(t Tier, v int8) tierDelta {
 	return d
 }
 
-// unbind drops every copy of engine hash eh, bound at b, from the tree.
-func (ix *Index) unbind(ws *workerState, eh uint64, b binding) {
+// drop drops from the tree every copy of an engine hash of ws bound at b.
+func (ix *Index) drop(ws *workerState, b binding) {
 	sh := ix.shards[b.shard()]
 	sh.mu.Lock()
 	var memo setMemo
 	sh.adjust(b.node(), ws.slot, b.holderDelta(), &memo)
 	sh.mu.Unlock()
-	ws.blocks.del(eh)
 }
 
 // checkRun rejects a run that repeats an engine hash or names its own parent.

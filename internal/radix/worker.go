@@ -12,8 +12,9 @@ type workerState struct {
 	w    Worker
 	slot uint32
 
-	blocks u64map   // engine hash -> binding
-	keys   []uint64 // a store run's path keys
+	blocks u64map    // engine hash -> binding
+	keys   []uint64  // a store run's path keys
+	moved  []binding // a store run's old bindings in other shards
 
 	cached *atomic.Uint64 // in the worker's slot entry
 
