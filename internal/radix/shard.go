@@ -501,28 +501,33 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 // derive returns the id of the set equal to set old with d applied to slot's
 // entry, creating it if no interned set has that content, or false when a
 // count would pass maxHolderCount. The caller takes the reference.
+//
+// old's entries are copied before slot is looked for, in the copy: the set is
+// rarely in cache, and a copy streams its lines where a binary search would
+// wait for them one after another.
 func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	oe := s.sets[old].e
-	i, j := 0, len(oe)
+	n := len(oe)
+	e := s.spare.get(n + 1) // (room for an insert)
+	copy(e, oe)
+	i, j := 0, n
 	for i < j { // the first entry of slot or above
 		m := int(uint(i+j) >> 1)
-		if entrySlot(oe[m]) < slot {
+		if entrySlot(e[m]) < slot {
 			i = m + 1
 		} else {
 			j = m
 		}
 	}
-	found := i < len(oe) && entrySlot(oe[i]) == slot
+	found := i < n && entrySlot(e[i]) == slot
 	cur := uint64(slot) << 32
 	if found {
-		cur = oe[i]
+		cur = e[i]
 	}
 	ne, ok := applyDelta(cur, d)
-	if !ok {
-		return old, false
-	}
-	if ne == cur {
-		return old, true
+	if !ok || ne == cur {
+		s.spare.put(e)
+		return old, ok
 	}
 	h := s.sets[old].hash
 	if found {
@@ -532,26 +537,21 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	if keep {
 		h += mixEntry(ne)
 	}
-	n := len(oe)
-	if found && !keep {
-		n--
-	} else if !found {
-		n++
-	}
-	if n == 0 {
-		return emptySet, true
-	}
-	e := s.spare.get(n)
-	copy(e, oe[:i])
-	rest := oe[i:]
-	if found {
-		rest = oe[i+1:]
-	}
-	if keep {
+	switch {
+	case found && keep:
 		e[i] = ne
-		copy(e[i+1:], rest)
-	} else {
-		copy(e[i:], rest)
+		e = e[:n]
+	case found:
+		copy(e[i:], e[i+1:n])
+		e = e[:n-1]
+	default: // (!found: cur has no copies, so ne has some)
+		copy(e[i+1:n+1], e[i:n])
+		e[i] = ne
+		e = e[:n+1]
+	}
+	if len(e) == 0 {
+		s.spare.put(e)
+		return emptySet, true
 	}
 	ob := s.sets[old].bits
 	v, exists := s.intern.get(h)
