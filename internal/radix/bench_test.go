@@ -149,7 +149,7 @@ func walkStats(ix *Index, prompts [][]uint64) string {
 			nodes++
 			if s := sh.meta(id).set; s != cur {
 				changes++
-				sizes += len(sh.sets[s].e)
+				sizes += int(sh.sets[s].n)
 				cur = s
 			}
 		}
@@ -429,7 +429,7 @@ func accountedBytes(ix *Index) uint64 {
 		n += uint64(len(sh.kids.slots)) * 16
 		n += uint64(cap(sh.sets)) * uint64(unsafe.Sizeof(hset{}))
 		for i := range sh.sets {
-			n += uint64(cap(sh.sets[i].e)) * 8
+			n += uint64(cap(sh.sets[i].e)+cap(sh.sets[i].bits.bm)) * 8
 		}
 		n += uint64(cap(sh.freeSets)) * 4
 		n += uint64(len(sh.intern.slots)) * 16

@@ -80,6 +80,13 @@ func (ix *Index) CheckInvariants() error {
 			fail("shard %d: free lists %d ids for %d free nodes", si, len(sh.free), len(free))
 		}
 		refs := make([]uint32, len(sh.sets))
+		ents := make([][]uint64, len(sh.sets)) // each set's entries, as listed once
+		entries := func(id uint32) []uint64 {
+			if ents[id] == nil {
+				ents[id] = sh.sets[id].appendEntries([]uint64{})
+			}
+			return ents[id]
+		}
 		nchild := make(map[uint32]uint32)
 		live, unchained := 0, 0
 		for id := uint32(1); id < sh.next; id++ {
@@ -114,7 +121,7 @@ func (ix *Index) CheckInvariants() error {
 			if m.set == emptySet && m.nchild == 0 {
 				fail("shard %d: node %d is held by nobody and has no children", si, id)
 			}
-			for _, e := range sh.sets[m.set].e {
+			for _, e := range entries(m.set) {
 				hk := hkey{si, id, entrySlot(e)}
 				w, ok := want[hk]
 				if !ok {
@@ -170,7 +177,7 @@ func (ix *Index) CheckInvariants() error {
 		for id := 1; id < len(sh.sets); id++ {
 			hs := &sh.sets[id]
 			if freeSet[uint32(id)] {
-				if hs.e != nil || refs[id] != 0 {
+				if hs.e != nil || hs.bits.bm != nil || hs.n != 0 || refs[id] != 0 {
 					fail("shard %d: free set %d in use", si, id)
 				}
 				continue
@@ -178,19 +185,32 @@ func (ix *Index) CheckInvariants() error {
 			if hs.refs != refs[id] || hs.refs == 0 {
 				fail("shard %d: set %d refs %d, counted %d", si, id, hs.refs, refs[id])
 			}
+			all := entries(uint32(id))
 			var h uint64
-			for i, e := range hs.e {
-				if uint32(e) == 0 || (i > 0 && entrySlot(hs.e[i-1]) >= entrySlot(e)) {
+			for i, e := range all {
+				if uint32(e) == 0 || (i > 0 && entrySlot(all[i-1]) >= entrySlot(e)) {
 					fail("shard %d: set %d: bad entry %d (%#x)", si, id, i, e)
 				}
 				h += mixEntry(e)
 			}
-			if h != hs.hash || len(hs.e) == 0 {
-				fail("shard %d: set %d: bad hash or empty", si, id)
+			if h != hs.hash || len(all) == 0 || int(hs.n) != len(all) {
+				fail("shard %d: set %d: bad hash or count, or empty", si, id)
 			}
-			if want := makeBits(hs.e, func(n int) []uint64 { return make([]uint64, n) }); !slices.Equal(want.bm, hs.bits.bm) || want.lo != hs.bits.lo ||
-				want.w != hs.bits.w || want.tiers != hs.bits.tiers {
+			// Its form is the one its content gives (see hset).
+			want := makeBits(all, func(n int) []uint64 { return make([]uint64, n) })
+			if !slices.Equal(want.bm, hs.bits.bm) || want.lo != hs.bits.lo || want.w != hs.bits.w || want.tiers != hs.bits.tiers {
 				fail("shard %d: set %d: bitmaps do not match its entries", si, id)
+			}
+			if want.bm != nil {
+				var ex []uint64
+				for _, e := range all {
+					if !plainEntry(e) {
+						ex = append(ex, e)
+					}
+				}
+				if !slices.Equal(ex, hs.e) {
+					fail("shard %d: set %d kept as bitmaps lists %d entries, %d not plain", si, id, len(hs.e), len(ex))
+				}
 			}
 			if iid, ok := sh.intern.get(hs.hash); hs.interned && (!ok || uint32(iid) != uint32(id)) {
 				fail("shard %d: set %d not interned", si, id)

@@ -73,9 +73,9 @@ func zeroed(buf []uint64, n int) []uint64 {
 // bitmaps of worker slots with one plane per best tier, are intersected with
 // the set's own bitmaps (built for it when it was interned, or here for small
 // sets) 64 workers at a time; only workers that leave or change tier touch
-// their score. The active workers start as the first node's set: copied as
-// bitmaps when everyone in it is on the device tier, and per-worker tier
-// accounting is set up only if another tier turns up.
+// their score. The active workers start as the first node's set: its planes
+// copied when it is kept as bitmaps, and per-worker tier accounting is set up
+// only once a tier other than the device's turns up.
 func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	out = out[:0]
 	if len(blockHashes) == 0 {
@@ -90,15 +90,19 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		return out
 	}
 	cur := sh.meta(id).set
-	first := sh.sets[cur].e
-	n := len(first)
+	fs := &sh.sets[cur]
+	fb := &fs.bits
+	n := int(fs.n)
 	if n == 0 {
 		sh.mu.RUnlock()
 		return out
 	}
 	scr := ix.getScratch()
-	lo := entrySlot(first[0]) >> 6
-	nw := entrySlot(first[n-1])>>6 - lo + 1
+	lo, nw := fb.lo, fb.w
+	if fb.bm == nil {
+		lo = entrySlot(fs.e[0]) >> 6
+		nw = entrySlot(fs.e[n-1])>>6 - lo + 1
+	}
 	act := zeroed(scr.act, int(uint32(NumTiers)*nw))
 	if cap(scr.pos) < int(nw*64) {
 		scr.pos = make([]uint32, nw*64)
@@ -119,8 +123,18 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	} else {
 		out = out[:n]
 	}
-	for i, e := range first {
-		out[i].Slot = entrySlot(e)
+	if fb.bm == nil {
+		for i, e := range fs.e {
+			out[i].Slot = entrySlot(e)
+		}
+	} else {
+		i := 0
+		for x := range nw {
+			for all := fb.word(lo + x); all != 0; all &= all - 1 {
+				out[i].Slot = (lo+x)<<6 | uint32(bits.TrailingZeros64(all))
+				i++
+			}
+		}
 	}
 	aw := scr.aw[:0]
 	var tiers uint8 // a superset of the active workers' tiers
@@ -135,19 +149,28 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		}
 		tiered = true
 	}
-	if fb := sh.sets[cur].bits; fb.bm != nil && fb.tiers == 1<<TierDevice {
-		// All on the device tier, with bitmaps over the same words (lo and
-		// nw come from the same first and last entry): copy them.
-		copy(act[:nw], fb.bm[:nw])
+	if fb.bm != nil {
+		// Bitmaps over the same words: copy them, plane by plane.
+		for t := range NumTiers {
+			if p := planeOf(fb.tiers, t, nw); p >= 0 {
+				copy(act[uint32(t)*nw:uint32(t+1)*nw], fb.bm[p:p+int32(nw)])
+			}
+		}
 		for x := range nw {
-			if act[x] != 0 {
+			if fb.word(lo+x) != 0 {
 				aw = append(aw, x)
 			}
 		}
-		tiers = 1 << TierDevice
+		tiers = fb.tiers
+		if tiers != 1<<TierDevice {
+			fillTiers()
+			for i := range out {
+				res[i].tier, _ = fb.tierOf(out[i].Slot)
+			}
+		}
 	} else {
 		var dev uint64 // the device plane's bits of word aw[len(aw)-1]
-		for _, e := range first {
+		for _, e := range fs.e {
 			s := entrySlot(e)
 			t := bestTier(e)
 			x := s>>6 - lo
@@ -168,7 +191,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		act[aw[len(aw)-1]] = dev
 		if tiers != 1<<TierDevice {
 			fillTiers()
-			for i, e := range first {
+			for i, e := range fs.e {
 				res[i].tier = bestTier(e)
 			}
 		}

@@ -750,7 +750,7 @@ func setsByBitmaps(ix *Index) (with, without int) {
 		for _, hs := range sh.sets {
 			if len(hs.bits.bm) > 0 {
 				with++
-			} else if len(hs.e) >= bitsMinEntries {
+			} else if hs.n >= bitsMinEntries {
 				without++
 			}
 		}
@@ -799,6 +799,9 @@ func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 			wi := r.IntN(workers)
 			w := holders[wi]
 			i := r.IntN(depth)
+			if r.IntN(8) == 0 { // the first node: Match starts from its set's tiers
+				i = 0
+			}
 			var op randOp
 			switch r.IntN(4) {
 			case 0:
@@ -821,4 +824,44 @@ func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 		compareAll(t, ix, m, prompts, all)
 	}
 	return ix
+}
+
+// TestMatchFirstSetTiers starts Match at a set kept as bitmaps whose holders
+// have different best tiers: workers that hold the first block only on the
+// host tier, some of them through the whole prompt and some leaving after the
+// first block, each of which keeps its first tier to the end of its score.
+func TestMatchFirstSetTiers(t *testing.T) {
+	ix := New(Config{})
+	m := newRefModel(ix.segmentStart)
+	var all []Worker
+	for wi := range 40 {
+		w := Worker{ID: fmt.Sprintf("w%02d", wi)}
+		all = append(all, w)
+		ops := []randOp{{kind: "store", w: w, blocks: []Block{{EngineHash: 1, BlockHash: 100}, {EngineHash: 2, BlockHash: 101}}}}
+		switch {
+		case wi < 10: // host only, both blocks
+			ops = append(ops,
+				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1, 2}},
+				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{1, 2}})
+		case wi < 15: // host only, the first block
+			ops = append(ops,
+				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1}},
+				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{1, 2}})
+		case wi < 20: // device and host (not a plain entry), the first block
+			ops = append(ops,
+				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1}},
+				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{2}})
+		}
+		for _, op := range ops {
+			if err := applyBoth(ix, m, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sh := ix.shards[ix.rootShard(100)]
+	id, _ := sh.lookup(rootID, pathKey(rootKey, 100))
+	if fs := &sh.sets[sh.meta(id).set]; fs.bits.bm == nil || fs.bits.tiers != 1<<TierDevice|1<<TierHost || len(fs.e) != 5 {
+		t.Fatalf("first set: bitmaps %v, tiers %b, %d entries not plain; want bitmaps of 2 tiers and 5", fs.bits.bm != nil, fs.bits.tiers, len(fs.e))
+	}
+	compareAll(t, ix, m, [][]uint64{{100}, {100, 101}, {100, 101, 102}}, all)
 }

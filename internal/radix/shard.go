@@ -79,14 +79,26 @@ type ovKey struct {
 	key    uint64
 }
 
-// hset is an immutable sorted set of holder entries (see entry), shared by
-// every node whose holders are exactly these.
+// hset is an immutable set of holder entries (see entry), shared by every
+// node whose holders are exactly these. It is kept in one of two forms, which
+// depends only on its content (see useBits), so that two sets are equal iff
+// their forms are:
+//   - as bitmaps, when it has bitsMinEntries entries or more over dense enough
+//     slots: a bit per entry in the plane of its best tier (see setBits), and
+//     in e only the entries the bits do not tell (not plainEntry);
+//   - else as its entries, sorted, in e.
+//
+// Match reads only the bitmaps of a set that has them. A change of one entry
+// (derive) copies the bitmaps, a few words per 64 workers, instead of an entry
+// per worker: a popular prefix's set has a thousand entries and changes with
+// every store and evict of it.
 type hset struct {
 	e        []uint64
-	bits     setBits // e as bitmaps, for sets large enough to be worth it
-	hash     uint64  // sum of mixEntry over e
-	refs     uint32  // nodes pointing here
-	interned bool    // intern[hash] == this set
+	bits     setBits
+	hash     uint64 // sum of mixEntry over the entries
+	n        uint32 // entries
+	refs     uint32 // nodes pointing here
+	interned bool   // intern[hash] == this set
 }
 
 // setBits is a holder set as bitmaps of worker slots, one plane per best tier
@@ -107,15 +119,29 @@ func planeOf(tiers uint8, t Tier, w uint32) int32 {
 	return int32(bits.OnesCount8(tiers&(1<<t-1))) * int32(w)
 }
 
-// bitsMinEntries is the smallest set given bitmaps; bitsMaxRatio bounds their
+// bitsMinEntries is the smallest set kept as bitmaps; bitsMaxRatio bounds their
 // words per entry (sparse slots make wide bitmaps).
 const (
 	bitsMinEntries = 16
 	bitsMaxRatio   = 2
 )
 
-// makeBits returns e's bitmaps, or none when e is small or its slots sparse.
-// Their words come from alloc (contents arbitrary).
+// useBits reports whether a set of n entries whose slots span w words and
+// whose best tiers are tiers is kept as bitmaps.
+func useBits(n, w uint32, tiers uint8) bool {
+	return n >= bitsMinEntries && uint32(bits.OnesCount8(tiers))*w <= bitsMaxRatio*n
+}
+
+// plainEntry reports whether holder entry e is one copy on one tier: in a set
+// kept as bitmaps, its bit says all there is to say about it.
+func plainEntry(e uint64) bool {
+	c := uint32(e)
+	return c&(c-1) == 0 && c&0x01010101 != 0
+}
+
+// makeBits returns the bitmaps of a set with the sorted entries e, or none
+// when the set is not kept as bitmaps. Their words come from alloc (contents
+// arbitrary).
 func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	if len(e) < bitsMinEntries {
 		return setBits{}
@@ -126,11 +152,10 @@ func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	for _, x := range e {
 		tiers |= 1 << bestTier(x)
 	}
-	planes := uint32(bits.OnesCount8(tiers))
-	if planes*w > bitsMaxRatio*uint32(len(e)) {
+	if !useBits(uint32(len(e)), w, tiers) {
 		return setBits{}
 	}
-	sb := setBits{bm: alloc(int(planes * w)), lo: lo, w: w, tiers: tiers}
+	sb := setBits{bm: alloc(bits.OnesCount8(tiers) * int(w)), lo: lo, w: w, tiers: tiers}
 	clear(sb.bm)
 	for _, x := range e {
 		s := entrySlot(x)
@@ -139,68 +164,64 @@ func makeBits(e []uint64, alloc func(n int) []uint64) setBits {
 	return sb
 }
 
-// nextBits returns what makeBits(e, alloc) would, for the entries e of a set
-// derived from one with bitmaps ob by changing slot's entry from cur (when
-// found) to ne (when keep): ob's words are copied and the slot's bit moved,
-// O(words) instead of O(entries) (a popular prefix's set has a thousand
-// entries and changes on every event).
-func nextBits(ob setBits, e []uint64, slot uint32, cur uint64, found bool, ne uint64, keep bool, alloc func(n int) []uint64) setBits {
-	if ob.bm == nil || len(e) < bitsMinEntries {
-		return makeBits(e, alloc)
+// word is the union of b's planes at word x (x in lo..lo+w-1).
+func (b *setBits) word(x uint32) uint64 {
+	var all uint64
+	for i := range uint32(bits.OnesCount8(b.tiers)) {
+		all |= b.bm[i*b.w+x-b.lo]
 	}
-	lo, hi := entrySlot(e[0])>>6, entrySlot(e[len(e)-1])>>6
-	w := hi - lo + 1
-	x, bit := slot>>6, uint64(1)<<(slot&63)
-	tiers := ob.tiers
-	if found { // drop cur's best tier if no other entry has it
-		p := planeOf(ob.tiers, bestTier(cur), ob.w)
-		others := false
-		for i, v := range ob.bm[p : p+int32(ob.w)] {
-			if ob.lo+uint32(i) == x {
-				v &^= bit
-			}
-			if v != 0 {
-				others = true
-				break
-			}
-		}
-		if !others {
-			tiers &^= 1 << bestTier(cur)
-		}
+	return all
+}
+
+// tierOf is the tier of the plane holding slot's bit, or false.
+func (b *setBits) tierOf(slot uint32) (Tier, bool) {
+	r := slot>>6 - b.lo
+	if r >= b.w { // (slots below lo wrap past w)
+		return 0, false
 	}
-	if keep {
-		tiers |= 1 << bestTier(ne)
-	}
-	planes := uint32(bits.OnesCount8(tiers))
-	if planes*w > bitsMaxRatio*uint32(len(e)) {
-		return setBits{}
-	}
-	sb := setBits{bm: alloc(int(planes * w)), lo: lo, w: w, tiers: tiers}
-	from, to := max(lo, ob.lo), min(lo+w, ob.lo+ob.w) // words both cover
 	for t := range NumTiers {
-		np := planeOf(tiers, t, w)
-		if np < 0 {
-			continue
-		}
-		dst := sb.bm[np : np+int32(w)]
-		op := planeOf(ob.tiers, t, ob.w)
-		if op < 0 || from >= to {
-			clear(dst)
-			continue
-		}
-		clear(dst[:from-lo])
-		copy(dst[from-lo:to-lo], ob.bm[op+int32(from-ob.lo):])
-		clear(dst[to-lo:])
-	}
-	if found && x >= lo && x <= hi {
-		if p := planeOf(tiers, bestTier(cur), w); p >= 0 {
-			sb.bm[p+int32(x-lo)] &^= bit
+		if p := planeOf(b.tiers, t, b.w); p >= 0 && b.bm[p+int32(r)]&(1<<(slot&63)) != 0 {
+			return t, true
 		}
 	}
-	if keep {
-		sb.bm[planeOf(tiers, bestTier(ne), w)+int32(x-lo)] |= bit
+	return 0, false
+}
+
+// appendEntries appends the entries of hs to dst, sorted.
+func (hs *hset) appendEntries(dst []uint64) []uint64 {
+	b := &hs.bits
+	if b.bm == nil {
+		return append(dst, hs.e...)
 	}
-	return sb
+	ex := hs.e
+	for x := b.lo; x < b.lo+b.w; x++ {
+		for all := b.word(x); all != 0; all &= all - 1 {
+			slot := x<<6 | uint32(bits.TrailingZeros64(all))
+			if len(ex) > 0 && entrySlot(ex[0]) == slot {
+				dst = append(dst, ex[0])
+				ex = ex[1:]
+				continue
+			}
+			t, _ := b.tierOf(slot)
+			dst = append(dst, uint64(slot)<<32|1<<(8*t))
+		}
+	}
+	return dst
+}
+
+// searchSlot is the index of the first of the sorted entries e whose slot is
+// slot or above.
+func searchSlot(e []uint64, slot uint32) int {
+	i, j := 0, len(e)
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if entrySlot(e[m]) < slot {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	return i
 }
 
 // A holder entry packs a worker slot (high 32 bits) and, per tier t, the number
@@ -501,24 +522,20 @@ func (s *shard) adjust(id, slot uint32, d tierDelta, memo *setMemo) bool {
 // derive returns the id of the set equal to set old with d applied to slot's
 // entry, creating it if no interned set has that content, or false when a
 // count would pass maxHolderCount. The caller takes the reference.
-//
-// old's entries are copied before slot is looked for, in the copy: the set is
-// rarely in cache, and a copy streams its lines where a binary search would
-// wait for them one after another.
 func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
-	oe := s.sets[old].e
-	n := len(oe)
-	e := s.spare.get(n + 1) // (room for an insert)
-	copy(e, oe)
-	i, j := 0, n
-	for i < j { // the first entry of slot or above
-		m := int(uint(i+j) >> 1)
-		if entrySlot(e[m]) < slot {
-			i = m + 1
-		} else {
-			j = m
+	if s.sets[old].bits.bm != nil {
+		if id, ok, done := s.deriveBits(old, slot, d); done {
+			return id, ok
 		}
 	}
+	// From and to entries. old's are copied before slot is looked for, in the
+	// copy: the set is rarely in cache, and a copy streams its lines where a
+	// binary search would wait for them one after another.
+	os := &s.sets[old]
+	n := int(os.n)
+	e := os.appendEntries(s.spare.get(n + 1)[:0]) // (room for an insert)
+	e = e[:n+1]
+	i := searchSlot(e[:n], slot)
 	found := i < n && entrySlot(e[i]) == slot
 	cur := uint64(slot) << 32
 	if found {
@@ -529,7 +546,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		s.spare.put(e)
 		return old, ok
 	}
-	h := s.sets[old].hash
+	h := os.hash
 	if found {
 		h -= mixEntry(cur)
 	}
@@ -553,26 +570,181 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		s.spare.put(e)
 		return emptySet, true
 	}
-	ob := s.sets[old].bits
-	v, exists := s.intern.get(h)
-	iid := uint32(v)
-	if exists && equalEntries(s.sets[iid].e, e) {
+	n = len(e)
+	sb := makeBits(e, s.spare.get)
+	if sb.bm != nil { // keep only the entries the bits do not tell
+		ex := e[:0]
+		for _, x := range e {
+			if !plainEntry(x) {
+				ex = append(ex, x)
+			}
+		}
+		var own []uint64
+		if len(ex) > 0 {
+			own = s.spare.get(len(ex))
+			copy(own, ex)
+		}
 		s.spare.put(e)
-		return iid, true
+		e = own
+	}
+	return s.add(h, uint32(n), e, sb), true
+}
+
+// deriveBits is derive for a set old kept as bitmaps, when the new set is kept
+// as bitmaps too (done is false otherwise, and nothing was done). It copies
+// old's planes with slot's bit moved, and its entries not plain with slot's
+// changed.
+func (s *shard) deriveBits(old, slot uint32, d tierDelta) (id uint32, ok, done bool) {
+	os := &s.sets[old]
+	ob, oe := os.bits, os.e
+	i := searchSlot(oe, slot)
+	isEx := i < len(oe) && entrySlot(oe[i]) == slot
+	cur := uint64(slot) << 32
+	found := isEx
+	if isEx {
+		cur = oe[i]
+	} else if t, in := ob.tierOf(slot); in {
+		cur, found = cur|1<<(8*t), true
+	}
+	ne, ok := applyDelta(cur, d)
+	if !ok || ne == cur {
+		return old, ok, true
+	}
+	keep := uint32(ne) != 0
+	n := os.n
+	if !found {
+		n++
+	} else if !keep {
+		n--
+	}
+	x, bit := slot>>6, uint64(1)<<(slot&63)
+	lo, hi, tiers := ob.lo, ob.lo+ob.w-1, ob.tiers
+	if found { // drop cur's best tier if no other entry has it
+		p := planeOf(ob.tiers, bestTier(cur), ob.w)
+		others := false
+		for r, v := range ob.bm[p : p+int32(ob.w)] {
+			if ob.lo+uint32(r) == x {
+				v &^= bit
+			}
+			if v != 0 {
+				others = true
+				break
+			}
+		}
+		if !others {
+			tiers &^= 1 << bestTier(cur)
+		}
+	}
+	if keep {
+		tiers |= 1 << bestTier(ne)
+		lo, hi = min(lo, x), max(hi, x)
+	} else if x == lo || x == hi { // the slot's word may be left empty
+		empty := func(y uint32) bool {
+			v := ob.word(y)
+			if y == x {
+				v &^= bit
+			}
+			return v == 0
+		}
+		for lo < hi && empty(lo) {
+			lo++
+		}
+		for hi > lo && empty(hi) {
+			hi--
+		}
+	}
+	w := hi - lo + 1
+	if !useBits(n, w, tiers) {
+		return 0, false, false
+	}
+	sb := setBits{bm: s.spare.get(bits.OnesCount8(tiers) * int(w)), lo: lo, w: w, tiers: tiers}
+	from, to := max(lo, ob.lo), min(lo+w, ob.lo+ob.w) // words both cover
+	for t := range NumTiers {
+		np := planeOf(tiers, t, w)
+		if np < 0 {
+			continue
+		}
+		dst := sb.bm[np : np+int32(w)]
+		op := planeOf(ob.tiers, t, ob.w)
+		if op < 0 || from >= to {
+			clear(dst)
+			continue
+		}
+		clear(dst[:from-lo])
+		copy(dst[from-lo:to-lo], ob.bm[op+int32(from-ob.lo):])
+		clear(dst[to-lo:])
+	}
+	if found && x >= lo && x <= hi {
+		if p := planeOf(tiers, bestTier(cur), w); p >= 0 {
+			sb.bm[p+int32(x-lo)] &^= bit
+		}
+	}
+	if keep {
+		sb.bm[planeOf(tiers, bestTier(ne), w)+int32(x-lo)] |= bit
+	}
+	// The entries not plain: old's, with slot's replaced, dropped or added.
+	addEx := keep && !plainEntry(ne)
+	var ex []uint64
+	if k := len(oe) + b2i(addEx) - b2i(isEx); k > 0 {
+		ex = s.spare.get(k)
+		switch {
+		case isEx && addEx:
+			copy(ex, oe)
+			ex[i] = ne
+		case isEx:
+			copy(ex, oe[:i])
+			copy(ex[i:], oe[i+1:])
+		case addEx:
+			copy(ex, oe[:i])
+			ex[i] = ne
+			copy(ex[i+1:], oe[i:])
+		default:
+			copy(ex, oe)
+		}
+	}
+	h := os.hash
+	if found {
+		h -= mixEntry(cur)
+	}
+	if keep {
+		h += mixEntry(ne)
+	}
+	return s.add(h, n, ex, sb), true, true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// add returns the id of the interned set with the given content (hash h, n
+// entries, stored form e and sb), handing e and sb's words back to the pool,
+// or else of a new set made of them.
+func (s *shard) add(h uint64, n uint32, e []uint64, sb setBits) uint32 {
+	v, exists := s.intern.get(h)
+	if iid := uint32(v); exists {
+		if is := &s.sets[iid]; is.n == n && equalEntries(is.e, e) && is.bits.lo == sb.lo && is.bits.w == sb.w &&
+			is.bits.tiers == sb.tiers && equalEntries(is.bits.bm, sb.bm) {
+			s.spare.put(e)
+			s.spare.put(sb.bm)
+			return iid
+		}
 	}
 	var id uint32
-	if n := len(s.freeSets); n > 0 {
-		id = s.freeSets[n-1]
-		s.freeSets = s.freeSets[:n-1]
+	if k := len(s.freeSets); k > 0 {
+		id = s.freeSets[k-1]
+		s.freeSets = s.freeSets[:k-1]
 	} else {
 		id = uint32(len(s.sets))
 		s.sets = append(s.sets, hset{})
 	}
-	s.sets[id] = hset{e: e, bits: nextBits(ob, e, slot, cur, found, ne, keep, s.spare.get), hash: h, interned: !exists}
+	s.sets[id] = hset{e: e, bits: sb, hash: h, n: n, interned: !exists}
 	if !exists {
 		s.intern.set(h, uint64(id))
 	}
-	return id, true
+	return id
 }
 
 // spareWords keeps the entry and bitmap arrays of freed holder sets (those of
