@@ -149,7 +149,7 @@ func walkStats(ix *Index, prompts [][]uint64) string {
 			nodes++
 			if s := sh.meta(id).set; s != cur {
 				changes++
-				sizes += int(sh.sets[s].n)
+				sizes += int(sh.sets[s].bits.n)
 				cur = s
 			}
 		}

@@ -177,7 +177,7 @@ func (ix *Index) CheckInvariants() error {
 		for id := 1; id < len(sh.sets); id++ {
 			hs := &sh.sets[id]
 			if freeSet[uint32(id)] {
-				if hs.e != nil || hs.bits.bm != nil || hs.n != 0 || refs[id] != 0 {
+				if hs.e != nil || hs.bits.bm != nil || hs.bits.n != 0 || refs[id] != 0 {
 					fail("shard %d: free set %d in use", si, id)
 				}
 				continue
@@ -193,7 +193,7 @@ func (ix *Index) CheckInvariants() error {
 				}
 				h += mixEntry(e)
 			}
-			if h != hs.hash || len(all) == 0 || int(hs.n) != len(all) {
+			if h != hs.hash || len(all) == 0 || int(hs.bits.n) != len(all) {
 				fail("shard %d: set %d: bad hash or count, or empty", si, id)
 			}
 			// Its form is the one its content gives (see hset).

@@ -8,14 +8,15 @@ import (
 // matchScratch holds a Match's active workers as bitmaps. Its act and tmp
 // are all zero between Matches.
 type matchScratch struct {
-	busy atomic.Bool
-	act  []uint64 // active workers: one plane per tier (their current best), nw words each
-	tmp  []uint64 // a set without bitmaps, laid out as act while it is merged
-	aw   []uint32 // the words of act that hold an active worker
-	pos  []uint32 // slot - 64 lo -> index of the slot's result in res (and score in out)
-	mat  []uint32 // slot - 64 lo -> the depth where the worker left (its Matched)
-	res  []matchRes
-	_    [64]byte
+	busy  atomic.Bool
+	act   []uint64 // active workers: one plane per tier (their current best), nw words each
+	tmp   []uint64 // a set without bitmaps, laid out as act while it is merged
+	aw    []uint32 // the words of act that hold an active worker
+	pos   []uint32 // slot - 64 lo -> index of the slot's result in res (and score in out)
+	mat   []uint32 // slot - 64 lo -> the depth where the worker left (its Matched)
+	res   []matchRes
+	first []uint64 // the first set's planes' union, when it has bitmaps
+	_     [64]byte
 }
 
 // getScratch claims a free scratch of ix (a fixed set, so that it works the
@@ -92,7 +93,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	cur := sh.meta(id).set
 	fs := &sh.sets[cur]
 	fb := &fs.bits
-	n := int(fs.n)
+	n := int(fs.bits.n)
 	if n == 0 {
 		sh.mu.RUnlock()
 		return out
@@ -116,25 +117,38 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		scr.res = make([]matchRes, n)
 	}
 	res := scr.res[:n]
-	// The scores' slots, set aside now: first is the shard's, which the walk
-	// may leave.
+	// The scores' slots, set aside now: the first set is the shard's, which
+	// the walk may leave. A set kept as bitmaps is set aside as the union of
+	// its planes (fw), and its slots written to out along with the scores
+	// (one pass over out, not two).
 	if cap(out) < n {
 		out = make([]Score, n)
 	} else {
 		out = out[:n]
 	}
+	var fw []uint64
 	if fb.bm == nil {
 		for i, e := range fs.e {
 			out[i].Slot = entrySlot(e)
 		}
 	} else {
-		i := 0
+		if cap(scr.first) < int(nw) {
+			scr.first = make([]uint64, nw)
+		}
+		fw = scr.first[:nw]
 		for x := range nw {
-			for all := fb.word(lo + x); all != 0; all &= all - 1 {
-				out[i].Slot = (lo+x)<<6 | uint32(bits.TrailingZeros64(all))
+			fw[x] = fb.word(lo + x)
+		}
+	}
+	fillSlots := func() { // (from fw, once)
+		i := 0
+		for x, all := range fw {
+			for ; all != 0; all &= all - 1 {
+				out[i].Slot = (lo+uint32(x))<<6 | uint32(bits.TrailingZeros64(all))
 				i++
 			}
 		}
+		fw = nil
 	}
 	aw := scr.aw[:0]
 	var tiers uint8 // a superset of the active workers' tiers
@@ -143,6 +157,9 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	// follows from where it left.
 	tiered := false
 	fillTiers := func() { // (with everyone on the device tier so far)
+		if fw != nil {
+			fillSlots()
+		}
 		for i := range out {
 			res[i] = matchRes{tier: TierDevice}
 			pos[out[i].Slot-lo<<6] = uint32(i)
@@ -156,9 +173,9 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 				copy(act[uint32(t)*nw:uint32(t+1)*nw], fb.bm[p:p+int32(nw)])
 			}
 		}
-		for x := range nw {
-			if fb.word(lo+x) != 0 {
-				aw = append(aw, x)
+		for x, all := range fw {
+			if all != 0 {
+				aw = append(aw, uint32(x))
 			}
 		}
 		tiers = fb.tiers
@@ -344,8 +361,21 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		}
 	}
 	dir := ix.reg.slots()
+	var fx int     // with fw: the word of the next slot,
+	var all uint64 // and its bits still to emit
 	for i := range out {
-		slot := out[i].Slot
+		var slot uint32
+		if fw == nil {
+			slot = out[i].Slot
+		} else {
+			for all == 0 {
+				all = fw[fx]
+				fx++
+			}
+			slot = (lo+uint32(fx-1))<<6 | uint32(bits.TrailingZeros64(all))
+			all &= all - 1
+			out[i].Slot = slot
+		}
 		se := slotOf(dir, slot)
 		sc := &out[i] // (field by field: a Score literal is built aside and copied)
 		sc.Matched = mat[slot-lo<<6]

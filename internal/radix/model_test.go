@@ -750,7 +750,7 @@ func setsByBitmaps(ix *Index) (with, without int) {
 		for _, hs := range sh.sets {
 			if len(hs.bits.bm) > 0 {
 				with++
-			} else if hs.n >= bitsMinEntries {
+			} else if hs.bits.n >= bitsMinEntries {
 				without++
 			}
 		}

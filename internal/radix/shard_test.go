@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // TestPathKeyCollision forces two live nodes with one path key (under
@@ -206,7 +207,7 @@ func TestDerive(t *testing.T) {
 			want = setOf(ws, e)
 		}
 		g, w := &s.sets[got], &ws.sets[want]
-		if all := g.appendEntries(nil); !slices.Equal(all, e) || g.n != w.n || g.hash != w.hash || !slices.Equal(g.e, w.e) ||
+		if all := g.appendEntries(nil); !slices.Equal(all, e) || g.bits.n != w.bits.n || g.hash != w.hash || !slices.Equal(g.e, w.e) ||
 			!slices.Equal(g.bits.bm, w.bits.bm) || g.bits.lo != w.bits.lo || g.bits.w != w.bits.w || g.bits.tiers != w.bits.tiers {
 			t.Fatalf("iter %d: slot %d found %v keep %v: got %x %+v, want %x %+v (entries %x)", iter, slot, found, keep, g.e, g.bits, w.e, w.bits, e)
 		}
@@ -436,5 +437,13 @@ func TestSegmentsSpreadSharedPrefix(t *testing.T) {
 		if used < tc.minShards || used > tc.maxShards {
 			t.Errorf("segment %d: nodes in %d shards, want %d..%d", tc.seg, used, tc.minShards, tc.maxShards)
 		}
+	}
+}
+
+// TestHsetSize keeps a holder set at 80 bytes (see setBits.n): Match reads
+// one at every holder-set change of its walk.
+func TestHsetSize(t *testing.T) {
+	if got := unsafe.Sizeof(hset{}); got != 80 {
+		t.Fatalf("hset is %d bytes, want 80", got)
 	}
 }
