@@ -22,7 +22,7 @@ import (
 // keyed by path key in the shard's kids map.
 //
 // A node does not list its holders itself: it points to an interned, immutable,
-// reference-counted holder set (sorted holder entries). Nodes along a shared
+// reference-counted holder set (see hset). Nodes along a shared
 // prefix usually have the same holders, so they point to the same set: the
 // memory is shared and Match detects "nobody leaves here" by comparing set ids.
 type shard struct {
