@@ -549,14 +549,8 @@ func (s *shard) derive(old, slot uint32, d tierDelta) (uint32, bool) {
 		s.spare.put(e)
 		return old, ok
 	}
-	h := os.hash
-	if found {
-		h -= mixEntry(cur)
-	}
 	keep := uint32(ne) != 0
-	if keep {
-		h += mixEntry(ne)
-	}
+	h := rehash(os.hash, cur, found, ne, keep)
 	switch {
 	case found && keep:
 		e[i] = ne
@@ -705,14 +699,19 @@ func (s *shard) deriveBits(old, slot uint32, d tierDelta) (id uint32, ok, done b
 			copy(ex, oe)
 		}
 	}
-	h := os.hash
+	return s.add(rehash(os.hash, cur, found, ne, keep), n, ex, sb), true, true
+}
+
+// rehash is the hash of a set whose hash is h after its entry cur (if found)
+// becomes ne (if keep).
+func rehash(h, cur uint64, found bool, ne uint64, keep bool) uint64 {
 	if found {
 		h -= mixEntry(cur)
 	}
 	if keep {
 		h += mixEntry(ne)
 	}
-	return s.add(h, n, ex, sb), true, true
+	return h
 }
 
 func b2i(b bool) int {
