@@ -28,6 +28,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
@@ -87,7 +88,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("closing subscriptions", "err", err)
 		}
 	}()
-	weights := [radix.NumTiers]float64{cfg.TierWeights.Device, cfg.TierWeights.Host, cfg.TierWeights.Disk, cfg.TierWeights.External}
+	weights := [kv.NumTiers]float64{cfg.TierWeights.Device, cfg.TierWeights.Host, cfg.TierWeights.Disk, cfg.TierWeights.External}
 	rt, err := scoring.New(scoring.Config{
 		Index:                  index,
 		BlockSize:              cfg.BlockSize,

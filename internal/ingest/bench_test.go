@@ -19,6 +19,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/shamaton/msgpack/v2"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -128,7 +129,7 @@ func benchDirect(b *testing.B) {
 	pubs := make([]pub, benchPubs)
 	for p := range pubs {
 		pubs[p].warm, pubs[p].cycle = benchPayloads(p)
-		pubs[p].s = newIndexSink(idx, radix.Worker{ID: fmt.Sprintf("w%02d", p)}, testBlockSize, nil)
+		pubs[p].s = newIndexSink(idx, kv.WorkerRank{ID: fmt.Sprintf("w%02d", p)}, testBlockSize, nil)
 	}
 	b.ResetTimer()
 	cpu0, t0 := cpuTime(), time.Now()
@@ -251,7 +252,7 @@ func TestBenchPublisherProcess(t *testing.T) {
 	if os.Getenv("KVROUTER_BENCH_PUBLISHER") != "1" {
 		warm, cycle := benchPayloads(0)
 		ix := radix.New(radix.Config{})
-		s := newIndexSink(ix, radix.Worker{ID: "w"}, testBlockSize, nil)
+		s := newIndexSink(ix, kv.WorkerRank{ID: "w"}, testBlockSize, nil)
 		var st batchStats
 		for n := 0; n < benchWindow+benchCycle+3; n++ {
 			st.reset()

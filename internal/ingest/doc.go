@@ -3,5 +3,5 @@
 // engine and network restarts, and applies each rank's normalized events to the
 // index in order.
 //
-// It imports internal/normalize and internal/radix.
+// It imports internal/normalize, internal/radix and internal/kv.
 package ingest

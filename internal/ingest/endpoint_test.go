@@ -15,6 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -104,7 +105,7 @@ func TestAddErrors(t *testing.T) {
 		{Worker{ID: "b"}, "no KV events endpoint"},
 		{Worker{ID: "b", KVEndpoint: "tcp://*:x"}, "bad port"},
 		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", ReplayEndpoint: "@tcp://*:5558"}, "cannot"},
-		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", DPSize: MaxDPSize + 1}, "out of range"},
+		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", DPSize: kv.MaxDPSize + 1}, "out of range"},
 		{Worker{ID: "b", KVEndpoint: "tcp://" + taken}, "bind"},
 	}
 	for _, tt := range tests {
@@ -177,7 +178,7 @@ func TestDataParallelRanks(t *testing.T) {
 			seq = gp[r].publishRank(t, []map[string]any{ev}, r)
 		}
 		eventually(t, fmt.Sprintf("rank %d to apply seq %d", r, seq), func() bool { return rankSeen(m, id, r, seq) })
-		checkTruth(t, idx, radix.Worker{ID: id, DPRank: uint32(r)}, e)
+		checkTruth(t, idx, kv.WorkerRank{ID: id, DPRank: uint32(r)}, e)
 	}
 	st := m.Status(id)
 	if len(st) != dp {
@@ -198,7 +199,7 @@ func TestDataParallelRanks(t *testing.T) {
 		t.Errorf("%d metric series survive Remove", got)
 	}
 	for r := 0; r < dp; r++ {
-		if got := idx.Cached(radix.Worker{ID: id, DPRank: uint32(r)}); got != 0 {
+		if got := idx.Cached(kv.WorkerRank{ID: id, DPRank: uint32(r)}); got != 0 {
 			t.Errorf("rank %d holds %d blocks after Remove", r, got)
 		}
 	}

@@ -9,8 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-zeromq/zmq4"
-
-	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // rawPub is a publisher that speaks ZMTP by hand, so it can send frames no
@@ -124,7 +123,7 @@ func TestBadHandshake(t *testing.T) {
 			eventually(t, "the batches sent after the reconnect", func() bool {
 				return status(t, m, "w").LastSeq == 2
 			})
-			checkTruth(t, idx, radix.Worker{ID: "w"}, e)
+			checkTruth(t, idx, kv.WorkerRank{ID: "w"}, e)
 		})
 	}
 }
@@ -176,7 +175,7 @@ func TestOversizedMessage(t *testing.T) {
 			eventually(t, "the batches sent after the reconnect", func() bool {
 				return status(t, m, "w").LastSeq == 2
 			})
-			checkTruth(t, idx, radix.Worker{ID: "w"}, e)
+			checkTruth(t, idx, kv.WorkerRank{ID: "w"}, e)
 			st := status(t, m, "w")
 			if st.Reconnects == 0 || st.DecodeErrors == 0 {
 				t.Errorf("status %+v: want the oversized message counted and the connection redialled", st)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -308,7 +309,7 @@ func (e *engine) forget() {
 // check compares the index's view of worker w with the engine: the block
 // count, and for every chain ever stored, the matched depth equals the
 // engine's leading run of held blocks.
-func (e *engine) check(idx *radix.Index, w radix.Worker) error {
+func (e *engine) check(idx *radix.Index, w kv.WorkerRank) error {
 	if got, want := idx.Cached(w), uint64(len(e.held)); got != want {
 		return fmt.Errorf("%v caches %d blocks, engine has %d", w, got, want)
 	}
@@ -344,7 +345,7 @@ func waitSeq(t testing.TB, m *Manager, id string, seq uint64) {
 }
 
 // checkTruth fails the test unless the index agrees with the engine for w.
-func checkTruth(t testing.TB, idx *radix.Index, w radix.Worker, e *engine) {
+func checkTruth(t testing.TB, idx *radix.Index, w kv.WorkerRank, e *engine) {
 	t.Helper()
 	if err := e.check(idx, w); err != nil {
 		t.Fatal(err)

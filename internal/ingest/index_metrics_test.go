@@ -4,17 +4,18 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // TestIndexMetrics checks that the index's size and refusals reach /metrics.
 func TestIndexMetrics(t *testing.T) {
 	_, idx, reg := newTestManager(t, true)
-	w := radix.Worker{ID: "w"}
-	if err := idx.Store(w, 0, false, radix.TierDevice, []radix.Block{{EngineHash: 1, BlockHash: 11}, {EngineHash: 2, BlockHash: 12}}); err != nil {
+	w := kv.WorkerRank{ID: "w"}
+	if err := idx.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 1, BlockHash: 11}, {EngineHash: 2, BlockHash: 12}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Store(w, 99, true, radix.TierDevice, []radix.Block{{EngineHash: 3, BlockHash: 13}}); !errors.Is(err, radix.ErrParentNotFound) {
+	if err := idx.Store(w, 99, true, kv.TierDevice, []kv.Block{{EngineHash: 3, BlockHash: 13}}); !errors.Is(err, radix.ErrParentNotFound) {
 		t.Fatalf("store under unknown parent: %v", err)
 	}
 	for name, want := range map[string]float64{

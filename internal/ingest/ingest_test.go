@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // TestGarbage: malformed messages on the live socket are counted and skipped,
@@ -43,7 +43,7 @@ func TestGarbage(t *testing.T) {
 	p.mu.Unlock()
 	seq := p.publish(t, []map[string]any{ev})
 	waitSeq(t, m, id, seq)
-	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	checkTruth(t, idx, kv.WorkerRank{ID: id}, e)
 
 	st := status(t, m, id)
 	if d := st.DecodeErrors - before.DecodeErrors; d != 6 {
@@ -120,7 +120,7 @@ func TestManyWorkers(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if got := idx.Cached(radix.Worker{ID: ids[i]}); got != 0 {
+				if got := idx.Cached(kv.WorkerRank{ID: ids[i]}); got != 0 {
 					t.Errorf("%s holds %d blocks after Remove", ids[i], got)
 				}
 				if m.Status(ids[i]) != nil {
@@ -141,7 +141,7 @@ func TestManyWorkers(t *testing.T) {
 	}
 	for i := churned; i < n; i++ {
 		waitSeq(t, m, ids[i], last[i])
-		checkTruth(t, idx, radix.Worker{ID: ids[i]}, engines[i])
+		checkTruth(t, idx, kv.WorkerRank{ID: ids[i]}, engines[i])
 		st := status(t, m, ids[i])
 		if st.Gaps != 0 || st.DecodeErrors != 0 || !st.Connected {
 			t.Errorf("%s: %+v", ids[i], st)
@@ -184,7 +184,7 @@ func TestTopicEpochRestart(t *testing.T) {
 	seq++
 	send("a", seq, []map[string]any{ev})
 	waitSeq(t, m, id, seq)
-	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	checkTruth(t, idx, kv.WorkerRank{ID: id}, e)
 	before := status(t, m, id)
 
 	e.forget()
@@ -192,7 +192,7 @@ func TestTopicEpochRestart(t *testing.T) {
 	seq += 5 // the new incarnation happens to be further along
 	send("b", seq, []map[string]any{ev})
 	waitSeq(t, m, id, seq)
-	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	checkTruth(t, idx, kv.WorkerRank{ID: id}, e)
 	if d := status(t, m, id).EngineRestarts - before.EngineRestarts; d != 1 {
 		t.Errorf("engine restarts +%d, want +1", d)
 	}

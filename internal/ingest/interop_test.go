@@ -6,9 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // These tests run the Go subscriber against testdata/publisher.py, a libzmq
@@ -93,7 +92,7 @@ func TestInteropBasic(t *testing.T) {
 			warmUp(t, m, id, func() uint64 { return p.publish(nil, false) })
 
 			e := newEngine(uint64(i + 1))
-			w := radix.Worker{ID: id}
+			w := kv.WorkerRank{ID: id}
 			a, evA := e.store(nil, 4)
 			b, evB := e.store(a, 3)
 			_, evC := e.store(nil, 2)
@@ -170,7 +169,7 @@ func TestGapReplay(t *testing.T) {
 			before := status(t, m, id)
 
 			e := newEngine(7)
-			w := radix.Worker{ID: id}
+			w := kv.WorkerRank{ID: id}
 			a, evA := e.store(nil, 3)
 			p.publish([]map[string]any{evA}, false)
 			// Lost on the live socket: an extension, a new sequence, a removal.
@@ -234,7 +233,7 @@ func TestLostHistory(t *testing.T) {
 			before := status(t, m, id)
 
 			e := newEngine(11)
-			rw := radix.Worker{ID: id}
+			rw := kv.WorkerRank{ID: id}
 			a, evA := e.store(nil, 3)
 			b, evB := e.store(nil, 2)
 			p.publish([]map[string]any{evA, evB}, false)
@@ -290,7 +289,7 @@ func TestEngineRestart(t *testing.T) {
 			warmUp(t, m, id, func() uint64 { return p.publish(nil, false) })
 
 			e := newEngine(13)
-			rw := radix.Worker{ID: id}
+			rw := kv.WorkerRank{ID: id}
 			a, evA := e.store(nil, 3)
 			p.publish([]map[string]any{evA}, false)
 			var seq uint64

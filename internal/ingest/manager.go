@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -42,7 +43,7 @@ type Config struct {
 	StopTimeout time.Duration
 
 	// newSink replaces the index sink (tests).
-	newSink func(w radix.Worker) sink
+	newSink func(w kv.WorkerRank) sink
 }
 
 // Worker is one engine to follow.
@@ -90,9 +91,6 @@ type RankStatus struct {
 	// CachedBlocks is the number of blocks the rank holds in the index.
 	CachedBlocks uint64
 }
-
-// MaxDPSize is the largest DPSize Add accepts.
-const MaxDPSize = 1024
 
 // Manager keeps one subscription per registered worker and rank.
 type Manager struct {
@@ -164,8 +162,8 @@ func (m *Manager) Add(w Worker) error {
 	if w.ID == "" {
 		return errors.New("ingest: worker ID is empty")
 	}
-	if w.DPSize < 0 || w.DPSize > MaxDPSize {
-		return fmt.Errorf("ingest: worker %q: dp size %d out of range [0, %d]", w.ID, w.DPSize, MaxDPSize)
+	if w.DPSize < 0 || w.DPSize > kv.MaxDPSize {
+		return fmt.Errorf("ingest: worker %q: dp size %d out of range [0, %d]", w.ID, w.DPSize, kv.MaxDPSize)
 	}
 	if w.DPSize == 0 {
 		w.DPSize = 1
@@ -238,7 +236,7 @@ func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
 		}
 		r.replay = &replayClient{ep: rep, dialer: dialer, timeout: m.cfg.ReplayTimeout}
 	}
-	id := radix.Worker{ID: w.ID, DPRank: uint32(dp)}
+	id := kv.WorkerRank{ID: w.ID, DPRank: uint32(dp)}
 	if m.cfg.newSink != nil {
 		r.sink = m.cfg.newSink(id)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -94,7 +95,7 @@ func TestNetworkDrop(t *testing.T) {
 	}
 	warmUp(t, m, id, func() uint64 { return p.publish(nil, false) })
 	e := newEngine(31)
-	w := radix.Worker{ID: id}
+	w := kv.WorkerRank{ID: id}
 	a, ev := e.store(nil, 3)
 	seq := p.publish([]map[string]any{ev}, false)
 	waitSeq(t, m, id, seq)
@@ -127,7 +128,7 @@ func TestBackPressure(t *testing.T) {
 	var gated *gateSink
 	idx := radix.New(radix.Config{})
 	m, err := New(Config{Index: idx, BlockSize: testBlockSize, QueueDepth: 4, Logger: testLogger(t),
-		newSink: func(w radix.Worker) sink {
+		newSink: func(w kv.WorkerRank) sink {
 			gated = &gateSink{sink: newIndexSink(idx, w, testBlockSize, nil), gate: gate}
 			return gated
 		}})
@@ -160,7 +161,7 @@ func TestBackPressure(t *testing.T) {
 	}
 	close(gate)
 	waitSeq(t, m, id, seq)
-	checkTruth(t, idx, radix.Worker{ID: id}, e)
+	checkTruth(t, idx, kv.WorkerRank{ID: id}, e)
 	if st := status(t, m, id); st.Gaps != 0 || st.ReplayFailures != 0 {
 		t.Errorf("status: %+v", st)
 	}

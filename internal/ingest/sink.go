@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -12,17 +13,16 @@ import (
 // indexSink decodes a rank's batches with its own normalizer and applies the
 // normalized events to the index.
 type indexSink struct {
-	idx    *radix.Index
-	w      radix.Worker
-	norm   *normalize.Normalizer
-	b      normalize.Batch
-	blocks []radix.Block
+	idx  *radix.Index
+	w    kv.WorkerRank
+	norm *normalize.Normalizer
+	b    normalize.Batch
 	// others are ranks a batch named instead of w (the batch's rank is
 	// trusted); reset clears them too.
 	others []uint32
 }
 
-func newIndexSink(idx *radix.Index, w radix.Worker, blockSize int, log *slog.Logger) *indexSink {
+func newIndexSink(idx *radix.Index, w kv.WorkerRank, blockSize int, log *slog.Logger) *indexSink {
 	return &indexSink{
 		idx:  idx,
 		w:    w,
@@ -35,10 +35,10 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		return err
 	}
 	b := &s.b
-	if b.DPRank >= MaxDPSize {
+	if b.DPRank >= kv.MaxDPSize {
 		// No engine has this rank: applying it would create a phantom
 		// worker rank in the index (one per garbage value).
-		return fmt.Errorf("batch dp rank %d out of range [0, %d)", b.DPRank, MaxDPSize)
+		return fmt.Errorf("batch dp rank %d out of range [0, %d)", b.DPRank, kv.MaxDPSize)
 	}
 	st.ts = b.TS
 	for i, n := range b.Skipped {
@@ -59,18 +59,14 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		var err error
 		switch ev.Kind {
 		case normalize.KindStore:
-			s.blocks = s.blocks[:0]
-			for _, blk := range ev.Blocks {
-				s.blocks = append(s.blocks, radix.Block{EngineHash: blk.EngineHash, BlockHash: blk.BlockHash})
-			}
-			err = s.idx.Store(w, ev.Parent, ev.HasParent, radix.Tier(ev.Tier), s.blocks)
+			err = s.idx.Store(w, ev.Parent, ev.HasParent, ev.Tier, ev.Blocks)
 			if err == nil {
 				st.blocksStored += uint64(len(ev.Blocks))
 			}
 		case normalize.KindStoreTier:
-			err = s.idx.StoreTier(w, ev.EngineHashes, radix.Tier(ev.Tier))
+			err = s.idx.StoreTier(w, ev.EngineHashes, ev.Tier)
 		case normalize.KindRemove:
-			err = s.idx.Remove(w, ev.EngineHashes, radix.Tier(ev.Tier))
+			err = s.idx.Remove(w, ev.EngineHashes, ev.Tier)
 			if err == nil || errors.Is(err, radix.ErrBlockNotFound) {
 				st.blocksRemoved += uint64(len(ev.EngineHashes))
 			}
@@ -111,7 +107,7 @@ func (s *indexSink) noteOther(dp uint32) {
 func (s *indexSink) reset() {
 	s.idx.Clear(s.w)
 	for _, dp := range s.others {
-		s.idx.Clear(radix.Worker{ID: s.w.ID, DPRank: dp})
+		s.idx.Clear(kv.WorkerRank{ID: s.w.ID, DPRank: dp})
 	}
 	s.others = s.others[:0]
 	s.norm.Reset()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shamaton/msgpack/v2"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -30,7 +31,7 @@ func TestSinkDPRank(t *testing.T) {
 		}
 		return b
 	}
-	w := radix.Worker{ID: "w", DPRank: 1}
+	w := kv.WorkerRank{ID: "w", DPRank: 1}
 	for _, tc := range []struct {
 		name     string
 		dp       any
@@ -41,8 +42,8 @@ func TestSinkDPRank(t *testing.T) {
 		{name: "absent", dp: nil, wantRank: 1},
 		{name: "same", dp: 1, wantRank: 1},
 		{name: "other rank trusted", dp: 3, wantRank: 3, mismatch: true},
-		{name: "largest rank", dp: MaxDPSize - 1, wantRank: MaxDPSize - 1, mismatch: true},
-		{name: "rank out of range", dp: MaxDPSize, wantErr: true},
+		{name: "largest rank", dp: kv.MaxDPSize - 1, wantRank: kv.MaxDPSize - 1, mismatch: true},
+		{name: "rank out of range", dp: kv.MaxDPSize, wantErr: true},
 		{name: "garbage rank", dp: 1<<31 - 1, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestSinkDPRank(t *testing.T) {
 				}
 				return
 			}
-			if len(got) != 1 || got[0] != (radix.Worker{ID: "w", DPRank: tc.wantRank}) {
+			if len(got) != 1 || got[0] != (kv.WorkerRank{ID: "w", DPRank: tc.wantRank}) {
 				t.Fatalf("index holds %v, want worker w rank %d", got, tc.wantRank)
 			}
 			s.reset()

@@ -14,5 +14,5 @@
 // README's "Router block hash" section, with test vectors in
 // testdata/hash_vectors.json.
 //
-// It imports no other internal package.
+// It imports only internal/kv, the shared vocabulary.
 package normalize

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 var genCorpus = flag.Bool("gen-corpus", false, "write testdata/fuzz/FuzzDecodeBatch from the golden cases")
@@ -163,7 +165,7 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 		default:
 			t.Fatalf("unknown kind %d", ev.Kind)
 		}
-		if ev.Tier > TierExternal {
+		if ev.Tier > kv.TierExternal {
 			t.Fatalf("bad tier %d", ev.Tier)
 		}
 	}

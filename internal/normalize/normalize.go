@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Reason is why an event was skipped; its String is the metric label.
@@ -102,7 +103,6 @@ type Normalizer struct {
 	lastLoRA, lastNS uint64
 	lastSeed         uint64
 	mm               []uint64
-	seen             map[uint64]struct{}
 	warnLast         [numWarnings]time.Time
 	warnSuppressed   [numWarnings]int
 }
@@ -200,7 +200,7 @@ type Batch struct {
 	NamespaceOverflow uint32
 
 	raw    RawBatch
-	blocks []Block
+	blocks []kv.Block
 	hashes []uint64
 }
 
@@ -299,20 +299,20 @@ func (n *Normalizer) learn(ev *RawEvent) {
 }
 
 // tierOf maps a storage medium to a tier.
-func tierOf(m []byte) Tier {
+func tierOf(m []byte) kv.Tier {
 	switch {
 	case len(m) == 0:
-		return TierDevice
+		return kv.TierDevice
 	case eqAny(m, "GPU", "DEVICE"):
-		return TierDevice
+		return kv.TierDevice
 	case eqAny(m, "CPU", "CPU_PINNED", "CPU_TIER1"):
-		return TierHost
+		return kv.TierHost
 	case eqAny(m, "CPU_TIER2", "DISK", "NVME", "STORAGE"):
-		return TierDisk
+		return kv.TierDisk
 	case eqAny(m, "EXTERNAL", "NETWORK", "REMOTE", "SHARED"):
-		return TierExternal
+		return kv.TierExternal
 	}
-	return TierDevice
+	return kv.TierDevice
 }
 
 func eqAny(m []byte, names ...string) bool {
@@ -403,7 +403,7 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 		n.mismatch(b, bs)
 		return
 	}
-	if !n.validSequence(ev) {
+	if _, f := kv.CheckRun(ev.BlockHashes, identity, ev.Parent, ev.HasParent); f != kv.RunOK {
 		b.skip(ReasonInvalidBlockSequence)
 		return
 	}
@@ -462,7 +462,7 @@ func (n *Normalizer) stored(ev *RawEvent, idx int, b *Batch) {
 			if i < k-1 {
 				eh = splitHash(h, i)
 			}
-			b.blocks = append(b.blocks, Block{EngineHash: eh,
+			b.blocks = append(b.blocks, kv.Block{EngineHash: eh,
 				BlockHash: BlockHash(seed, toks[i*n.blockSize:(i+1)*n.blockSize], mm)})
 		}
 	}
@@ -517,36 +517,6 @@ func (n *Normalizer) blockMM(ev *RawEvent, j int) []uint64 {
 		return nil
 	}
 	return n.mm
-}
-
-// validSequence reports whether a store's hashes are distinct and do not
-// include its parent.
-func (n *Normalizer) validSequence(ev *RawEvent) bool {
-	hs := ev.BlockHashes
-	if len(hs) <= 32 {
-		for i, h := range hs {
-			if ev.HasParent && h == ev.Parent {
-				return false
-			}
-			for _, g := range hs[:i] {
-				if g == h {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	if n.seen == nil {
-		n.seen = make(map[uint64]struct{}, len(hs))
-	}
-	clear(n.seen)
-	for _, h := range hs {
-		if _, dup := n.seen[h]; dup || (ev.HasParent && h == ev.Parent) {
-			return false
-		}
-		n.seen[h] = struct{}{}
-	}
-	return true
 }
 
 func (n *Normalizer) removed(ev *RawEvent, idx int, b *Batch) {
@@ -617,3 +587,5 @@ func (n *Normalizer) warn(r int, msg string, args ...any) {
 	n.warnLast[r], n.warnSuppressed[r] = now, 0
 	n.log.Warn(msg, args...)
 }
+
+func identity(h uint64) uint64 { return h }

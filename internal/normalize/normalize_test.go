@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // recordHandler collects log records.
@@ -159,12 +161,12 @@ func TestReasonLabels(t *testing.T) {
 }
 
 func TestTierOf(t *testing.T) {
-	for m, want := range map[string]Tier{
-		"": TierDevice, "GPU": TierDevice, "DEVICE": TierDevice, "gpu": TierDevice,
-		"CPU": TierHost, "CPU_PINNED": TierHost, "CPU_TIER1": TierHost,
-		"CPU_TIER2": TierDisk, "DISK": TierDisk, "NVME": TierDisk, "STORAGE": TierDisk,
-		"EXTERNAL": TierExternal, "NETWORK": TierExternal, "REMOTE": TierExternal, "SHARED": TierExternal,
-		"TAPE": TierDevice,
+	for m, want := range map[string]kv.Tier{
+		"": kv.TierDevice, "GPU": kv.TierDevice, "DEVICE": kv.TierDevice, "gpu": kv.TierDevice,
+		"CPU": kv.TierHost, "CPU_PINNED": kv.TierHost, "CPU_TIER1": kv.TierHost,
+		"CPU_TIER2": kv.TierDisk, "DISK": kv.TierDisk, "NVME": kv.TierDisk, "STORAGE": kv.TierDisk,
+		"EXTERNAL": kv.TierExternal, "NETWORK": kv.TierExternal, "REMOTE": kv.TierExternal, "SHARED": kv.TierExternal,
+		"TAPE": kv.TierDevice,
 	} {
 		if got := tierOf([]byte(m)); got != want {
 			t.Errorf("tierOf(%q) = %d, want %d", m, got, want)

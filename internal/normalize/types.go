@@ -1,15 +1,6 @@
 package normalize
 
-// Tier is the storage tier a medium maps to.
-type Tier uint8
-
-// Storage tiers, best first (the same order as radix.Tier).
-const (
-	TierDevice Tier = iota
-	TierHost
-	TierDisk
-	TierExternal
-)
+import "github.com/kvrouter/kvrouter/internal/kv"
 
 // Kind is the kind of a normalized event.
 type Kind uint8
@@ -27,20 +18,14 @@ const (
 	KindClear
 )
 
-// Block is one router-sized block of a store.
-type Block struct {
-	EngineHash uint64
-	BlockHash  uint64
-}
-
 // Event is one normalized event for one worker/rank. Slices point into
 // memory owned by the Batch that holds the event and are reused by the next
 // decode into that Batch.
 type Event struct {
 	Kind         Kind
-	Tier         Tier
+	Tier         kv.Tier
 	HasParent    bool
 	Parent       uint64
-	Blocks       []Block
+	Blocks       []kv.Block
 	EngineHashes []uint64
 }

@@ -1,6 +1,10 @@
 package radix
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
 
 // baseline is the naive design the index is measured against, in the style of
 // the map-of-sets indexes in prior art: one RWMutex over a map from chained
@@ -21,7 +25,7 @@ func newBaseline(n int) *baseline {
 	return b
 }
 
-func (b *baseline) store(w int32, parent uint64, hasParent bool, blocks []Block) bool {
+func (b *baseline) store(w int32, parent uint64, hasParent bool, blocks []kv.Block) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wm := b.workers[w]

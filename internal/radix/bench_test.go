@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Benchmarks run against one full-size index built once per process (see
@@ -289,7 +291,7 @@ func BenchmarkMatch512(b *testing.B) {
 		for i, p := range st.prompts {
 			before[i] = st.ix.Match(p, nil)
 		}
-		move := func(from, to Tier) int {
+		move := func(from, to kv.Tier) int {
 			moved := 0
 			for wi := 0; wi < len(st.wl.workers); wi += 4 {
 				ww := st.wl.workers[wi]
@@ -309,18 +311,18 @@ func BenchmarkMatch512(b *testing.B) {
 			}
 			return moved
 		}
-		moved := move(TierDevice, TierHost)
+		moved := move(kv.TierDevice, kv.TierHost)
 		b.Logf("offloaded: %d block copies moved to the host tier; %s", moved, walkStats(st.ix, st.prompts))
 		var host float64
 		for _, p := range st.prompts {
 			for _, sc := range st.ix.Match(p, nil) {
-				host += float64(sc.ByTier[TierHost])
+				host += float64(sc.ByTier[kv.TierHost])
 			}
 		}
 		st.timeMatches(b)
 		b.ReportMetric(host/float64(len(st.prompts)), "host-blocks/match")
 		b.StopTimer()
-		if back := move(TierHost, TierDevice); back != moved || host == 0 {
+		if back := move(kv.TierHost, kv.TierDevice); back != moved || host == 0 {
 			b.Fatalf("moved %d block copies to the host tier (%v matched there) and %d back", moved, host, back)
 		}
 		for i, p := range st.prompts {
@@ -457,7 +459,7 @@ func BenchmarkMemoryAfterChurn(b *testing.B) {
 }
 
 // holds reports whether w holds engine hash eh with a copy on tier t.
-func (ix *Index) holds(w Worker, eh uint64, t Tier) bool {
+func (ix *Index) holds(w kv.WorkerRank, eh uint64, t kv.Tier) bool {
 	ws := ix.reg.get(w)
 	if ws == nil {
 		return false

@@ -2,5 +2,5 @@
 // keyed by router block hash, with per-worker/rank maps from engine block hash to
 // tree node, per-tier residency counts, and lock-light concurrent prefix matches.
 //
-// It imports no other internal package.
+// It imports only internal/kv, the shared vocabulary.
 package radix

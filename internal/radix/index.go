@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Config configures an Index.
@@ -114,7 +116,7 @@ func (ix *Index) segmentStart(d uint32) bool {
 // dropped, counted, and the state is untouched. Re-storing a block w already
 // holds on tier is idempotent for Match but counted per copy; storing a known
 // engine hash under a different prefix moves it there.
-func (ix *Index) Store(w Worker, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
+func (ix *Index) Store(w kv.WorkerRank, parent uint64, hasParent bool, tier kv.Tier, blocks []kv.Block) error {
 	ws := ix.reg.getOrCreate(w)
 	ws.mu.Lock()
 	err := ix.store(ws, parent, hasParent, tier, blocks)
@@ -123,8 +125,8 @@ func (ix *Index) Store(w Worker, parent uint64, hasParent bool, tier Tier, block
 	return err
 }
 
-func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
-	if tier >= NumTiers {
+func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier kv.Tier, blocks []kv.Block) error {
+	if tier >= kv.NumTiers {
 		ws.invalid.Add(1)
 		return fmt.Errorf("store on %s: tier %d: %w", ws.w, tier, ErrInvalid)
 	}
@@ -246,7 +248,7 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier Tier
 	return nil
 }
 
-func tierOne(t Tier, v int8) tierDelta {
+func tierOne(t kv.Tier, v int8) tierDelta {
 	var d tierDelta
 	d[t] = v
 	return d
@@ -262,72 +264,19 @@ func (ix *Index) drop(ws *workerState, b binding) {
 }
 
 // checkRun rejects a run that repeats an engine hash or names its own parent.
-func (ws *workerState) checkRun(parent uint64, hasParent bool, blocks []Block) error {
-	bad := func(eh uint64, what string) error {
-		return fmt.Errorf("store on %s: engine hash %#x %s: %w", ws.w, eh, what, ErrInvalid)
-	}
-	if hasParent {
-		for _, b := range blocks {
-			if b.EngineHash == parent {
-				return bad(parent, "is its own parent")
-			}
-		}
-	}
-	if len(blocks) <= 32 {
-		for i := 1; i < len(blocks); i++ {
-			for j := 0; j < i; j++ {
-				if blocks[i].EngineHash == blocks[j].EngineHash {
-					return bad(blocks[i].EngineHash, "repeated in run")
-				}
-			}
-		}
-		return nil
-	}
-	if eh, dup := repeatedHash(blocks); dup {
-		return bad(eh, "repeated in run")
+func (ws *workerState) checkRun(parent uint64, hasParent bool, blocks []kv.Block) error {
+	if eh, f := kv.CheckRun(blocks, engineHash, parent, hasParent); f != kv.RunOK {
+		return fmt.Errorf("store on %s: engine hash %#x %s: %w", ws.w, eh, f, ErrInvalid)
 	}
 	return nil
 }
 
-// repeatedHash finds an engine hash that blocks repeat, with an
-// open-addressing set on the stack (on the heap for runs over 512 blocks).
-func repeatedHash(blocks []Block) (uint64, bool) {
-	var stack [1024]uint64
-	size := 1 << bits.Len(uint(2*len(blocks)-1)) // >= 2 len(blocks)
-	var t []uint64
-	if size <= len(stack) {
-		t = stack[:size]
-	} else {
-		t = make([]uint64, size)
-	}
-	mask := uint64(size - 1)
-	zero := false
-	for _, b := range blocks {
-		eh := b.EngineHash
-		if eh == 0 { // 0 marks a free slot
-			if zero {
-				return 0, true
-			}
-			zero = true
-			continue
-		}
-		for i := fmix64(eh) & mask; ; i = (i + 1) & mask {
-			if t[i] == eh {
-				return eh, true
-			}
-			if t[i] == 0 {
-				t[i] = eh
-				break
-			}
-		}
-	}
-	return 0, false
-}
+func engineHash(b kv.Block) uint64 { return b.EngineHash }
 
 // StoreTier adds a copy on tier to blocks w already holds, named by engine
 // hash only. Unknown hashes are counted and ErrBlockNotFound is returned after
 // the rest are applied.
-func (ix *Index) StoreTier(w Worker, engineHashes []uint64, tier Tier) error {
+func (ix *Index) StoreTier(w kv.WorkerRank, engineHashes []uint64, tier kv.Tier) error {
 	ws := ix.reg.getOrCreate(w)
 	ws.mu.Lock()
 	err := ix.update(ws, engineHashes, tier, +1)
@@ -340,7 +289,7 @@ func (ix *Index) StoreTier(w Worker, engineHashes []uint64, tier Tier) error {
 // with no copy on tier) are counted and ErrBlockNotFound is returned after the
 // rest are applied. A block with no copy left on any tier leaves w, and a node
 // no worker holds (and that has no children) is freed.
-func (ix *Index) Remove(w Worker, engineHashes []uint64, tier Tier) error {
+func (ix *Index) Remove(w kv.WorkerRank, engineHashes []uint64, tier kv.Tier) error {
 	ws := ix.reg.get(w)
 	if ws == nil {
 		ws = ix.reg.getOrCreate(w)
@@ -353,12 +302,12 @@ func (ix *Index) Remove(w Worker, engineHashes []uint64, tier Tier) error {
 }
 
 // update adds (dir > 0) or removes one copy on tier for each engine hash.
-func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) error {
+func (ix *Index) update(ws *workerState, hashes []uint64, tier kv.Tier, dir int) error {
 	op := "remove"
 	if dir > 0 {
 		op = "store tier"
 	}
-	if tier >= NumTiers {
+	if tier >= kv.NumTiers {
 		ws.blockNotFound.Add(uint64(len(hashes)))
 		return fmt.Errorf("%s on %s: tier %d: %w", op, ws.w, tier, ErrBlockNotFound)
 	}
@@ -443,7 +392,7 @@ func (ix *Index) update(ws *workerState, hashes []uint64, tier Tier, dir int) er
 }
 
 // Clear drops everything w holds, on every tier.
-func (ix *Index) Clear(w Worker) {
+func (ix *Index) Clear(w kv.WorkerRank) {
 	if ws := ix.reg.get(w); ws != nil {
 		ws.mu.Lock()
 		ix.clear(ws)
@@ -492,7 +441,7 @@ func (ix *Index) RemoveWorker(id string) {
 }
 
 // Cached returns the number of blocks in w's index.
-func (ix *Index) Cached(w Worker) uint64 {
+func (ix *Index) Cached(w kv.WorkerRank) uint64 {
 	if ws := ix.reg.get(w); ws != nil {
 		return ws.cached.Load()
 	}
@@ -501,14 +450,14 @@ func (ix *Index) Cached(w Worker) uint64 {
 
 // Workers returns every worker/rank holding at least one block, sorted by ID
 // then rank.
-func (ix *Index) Workers() []Worker {
-	var out []Worker
+func (ix *Index) Workers() []kv.WorkerRank {
+	var out []kv.WorkerRank
 	for _, ws := range ix.reg.all() {
 		if ws.cached.Load() > 0 {
 			out = append(out, ws.w)
 		}
 	}
-	slices.SortFunc(out, func(a, b Worker) int {
+	slices.SortFunc(out, func(a, b kv.WorkerRank) int {
 		if a.ID != b.ID {
 			if a.ID < b.ID {
 				return -1
@@ -551,4 +500,3 @@ func (ix *Index) checkAfter() {
 }
 
 // String formats a worker/rank as id/rank.
-func (w Worker) String() string { return fmt.Sprintf("%s/%d", w.ID, w.DPRank) }

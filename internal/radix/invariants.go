@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // CheckInvariants verifies the whole index: tree structure, child keys, holder
@@ -23,7 +25,7 @@ func (ix *Index) CheckInvariants() error {
 		shard      int
 		node, slot uint32
 	}
-	want := make(map[hkey][NumTiers]uint32)
+	want := make(map[hkey][kv.NumTiers]uint32)
 	var errs []error
 	fail := func(format string, args ...any) {
 		if len(errs) < 20 {
@@ -51,7 +53,7 @@ func (ix *Index) CheckInvariants() error {
 			}
 			hk := hkey{b.shard(), b.node(), ws.slot}
 			c := want[hk]
-			for t := Tier(0); t < NumTiers; t++ {
+			for t := kv.Tier(0); t < kv.NumTiers; t++ {
 				if b.copies(t) > 0 {
 					c[t]++
 				}
@@ -128,7 +130,7 @@ func (ix *Index) CheckInvariants() error {
 					fail("shard %d: node %d lists slot %d, which binds nothing there", si, id, entrySlot(e))
 					continue
 				}
-				for t := Tier(0); t < NumTiers; t++ {
+				for t := kv.Tier(0); t < kv.NumTiers; t++ {
 					if got := entryCount(e, t); got != min(w[t], 0xff) {
 						fail("shard %d: node %d slot %d tier %d: count %d, bindings %d", si, id, entrySlot(e), t, got, w[t])
 					}

@@ -3,6 +3,8 @@ package radix
 import (
 	"errors"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // TestHolderCountLimit: a node counts at most maxHolderCount engine hashes of
@@ -11,14 +13,14 @@ import (
 // 256th was still bound to (and a later remove index a freed shard).
 func TestHolderCountLimit(t *testing.T) {
 	ix := New(Config{CheckInvariants: true}) // invariants checked after every call
-	w := Worker{ID: "w"}
+	w := kv.WorkerRank{ID: "w"}
 	for eh := uint64(1); eh <= maxHolderCount; eh++ {
-		if err := ix.Store(w, 0, false, TierHost, []Block{{EngineHash: eh, BlockHash: 42}}); err != nil {
+		if err := ix.Store(w, 0, false, kv.TierHost, []kv.Block{{EngineHash: eh, BlockHash: 42}}); err != nil {
 			t.Fatalf("store %d: %v", eh, err)
 		}
 	}
 	// One more on the same tier, in a run whose other block is fine.
-	err := ix.Store(w, 0, false, TierHost, []Block{{EngineHash: 300, BlockHash: 42}, {EngineHash: 301, BlockHash: 43}})
+	err := ix.Store(w, 0, false, kv.TierHost, []kv.Block{{EngineHash: 300, BlockHash: 42}, {EngineHash: 301, BlockHash: 43}})
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("256th engine hash on one prefix and tier: %v; want ErrInvalid", err)
 	}
@@ -27,10 +29,10 @@ func TestHolderCountLimit(t *testing.T) {
 		t.Fatalf("match after a partly skipped run: %+v", got)
 	}
 	// Another tier has its own count; a tier copy past the limit is skipped too.
-	if err := ix.Store(w, 0, false, TierDevice, []Block{{EngineHash: 400, BlockHash: 42}}); err != nil {
+	if err := ix.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 400, BlockHash: 42}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.StoreTier(w, []uint64{400}, TierHost); !errors.Is(err, ErrInvalid) {
+	if err := ix.StoreTier(w, []uint64{400}, kv.TierHost); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("tier copy past the limit: %v; want ErrInvalid", err)
 	}
 	st := ix.Stats()
@@ -42,19 +44,19 @@ func TestHolderCountLimit(t *testing.T) {
 	for eh := uint64(1); eh <= maxHolderCount; eh++ {
 		all = append(all, eh)
 	}
-	if err := ix.Remove(w, all, TierHost); err != nil {
+	if err := ix.Remove(w, all, kv.TierHost); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.Remove(w, []uint64{300}, TierHost); !errors.Is(err, ErrBlockNotFound) {
+	if err := ix.Remove(w, []uint64{300}, kv.TierHost); !errors.Is(err, ErrBlockNotFound) {
 		t.Fatalf("remove of the skipped hash: %v; want ErrBlockNotFound", err)
 	}
-	if got := ix.Match([]uint64{42}, nil); len(got) != 1 || got[0].ByTier[TierDevice] != 1 {
+	if got := ix.Match([]uint64{42}, nil); len(got) != 1 || got[0].ByTier[kv.TierDevice] != 1 {
 		t.Fatalf("match after removing the host copies: %+v", got)
 	}
-	if err := ix.Remove(w, []uint64{400}, TierDevice); err != nil {
+	if err := ix.Remove(w, []uint64{400}, kv.TierDevice); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.Remove(w, []uint64{301}, TierHost); err != nil {
+	if err := ix.Remove(w, []uint64{301}, kv.TierHost); err != nil {
 		t.Fatal(err)
 	}
 	if st := ix.Stats(); st.Nodes != 0 || st.Residencies != 0 {

@@ -3,6 +3,8 @@ package radix
 import (
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // matchScratch holds a Match's active workers as bitmaps. Its act and tmp
@@ -37,9 +39,9 @@ func (ix *Index) getScratch() *matchScratch {
 // matchRes is a worker's tier accounting while Match walks, in the order of
 // out: its blocks before start, by best tier, and its best tier since.
 type matchRes struct {
-	byTier [NumTiers]uint32
+	byTier [kv.NumTiers]uint32
 	start  uint32
-	tier   Tier
+	tier   kv.Tier
 }
 
 func (ix *Index) putScratch(s *matchScratch) { s.busy.Store(false) }
@@ -104,7 +106,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		lo = entrySlot(fs.e[0]) >> 6
 		nw = entrySlot(fs.e[n-1])>>6 - lo + 1
 	}
-	act := zeroed(scr.act, int(uint32(NumTiers)*nw))
+	act := zeroed(scr.act, int(uint32(kv.NumTiers)*nw))
 	if cap(scr.pos) < int(nw*64) {
 		scr.pos = make([]uint32, nw*64)
 	}
@@ -161,14 +163,14 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			fillSlots()
 		}
 		for i := range out {
-			res[i] = matchRes{tier: TierDevice}
+			res[i] = matchRes{tier: kv.TierDevice}
 			pos[out[i].Slot-lo<<6] = uint32(i)
 		}
 		tiered = true
 	}
 	if fb.bm != nil {
 		// Bitmaps over the same words: copy them, plane by plane.
-		for t := range NumTiers {
+		for t := range kv.NumTiers {
 			if p := planeOf(fb.tiers, t, nw); p >= 0 {
 				copy(act[uint32(t)*nw:uint32(t+1)*nw], fb.bm[p:p+int32(nw)])
 			}
@@ -179,7 +181,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			}
 		}
 		tiers = fb.tiers
-		if tiers != 1<<TierDevice {
+		if tiers != 1<<kv.TierDevice {
 			fillTiers()
 			for i := range out {
 				res[i].tier, _ = fb.tierOf(out[i].Slot)
@@ -198,7 +200,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 				aw = append(aw, x)
 				dev = 0
 			}
-			if t == TierDevice {
+			if t == kv.TierDevice {
 				dev |= 1 << (s & 63)
 			} else {
 				act[uint32(t)*nw+x] |= 1 << (s & 63)
@@ -206,7 +208,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			tiers |= 1 << t
 		}
 		act[aw[len(aw)-1]] = dev
-		if tiers != 1<<TierDevice {
+		if tiers != 1<<kv.TierDevice {
 			fillTiers()
 			for i, e := range fs.e {
 				res[i].tier = bestTier(e)
@@ -254,10 +256,10 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 		// The set's planes: where tier t's plane starts in src (or -1), over
 		// the words slo..slo+sw-1.
 		src, slo, sw, stiers := hs.bits.bm, hs.bits.lo, hs.bits.w, hs.bits.tiers
-		var off [NumTiers]int32
+		var off [kv.NumTiers]int32
 		built := src == nil
 		if built {
-			scr.tmp = zeroed(scr.tmp, int(uint32(NumTiers)*nw))
+			scr.tmp = zeroed(scr.tmp, int(uint32(kv.NumTiers)*nw))
 			src, slo, sw, stiers = scr.tmp, lo, nw, 0
 			for _, e := range hs.e {
 				if x := entrySlot(e)>>6 - lo; x < nw { // (slots below lo wrap past nw)
@@ -271,11 +273,11 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			}
 		} else {
 			for t := range off {
-				off[t] = planeOf(stiers, Tier(t), sw)
+				off[t] = planeOf(stiers, kv.Tier(t), sw)
 			}
 		}
 		j := 0
-		if tiers|stiers == 1<<TierDevice {
+		if tiers|stiers == 1<<kv.TierDevice {
 			// Everyone on the device tier: workers can only leave, and
 			// their tier accounting stays as it is.
 			for _, x := range aw {
@@ -300,10 +302,10 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 				fillTiers()
 			}
 			for _, x := range aw {
-				var o, nb [NumTiers]uint64
+				var o, nb [kv.NumTiers]uint64
 				var oall, nall uint64
 				r := lo + x - slo
-				for t := range NumTiers {
+				for t := range kv.NumTiers {
 					o[t] = act[uint32(t)*nw+x]
 					oall |= o[t]
 					if r < sw && off[t] >= 0 {
@@ -312,7 +314,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 					}
 				}
 				stay := oall & nall
-				for t := range NumTiers {
+				for t := range kv.NumTiers {
 					// Leaves at depth d, or stays on another best tier.
 					for mv := o[t] &^ nb[t]; mv != 0; mv &= mv - 1 {
 						b := uint32(bits.TrailingZeros64(mv))
@@ -329,7 +331,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 						}
 					}
 				}
-				for t := range NumTiers {
+				for t := range kv.NumTiers {
 					act[uint32(t)*nw+x] = nb[t] & stay
 				}
 				if stay != 0 {
@@ -353,7 +355,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	}
 	sh.mu.RUnlock()
 	for _, x := range aw {
-		for t := range NumTiers {
+		for t := range kv.NumTiers {
 			for o := act[uint32(t)*nw+x]; o != 0; o &= o - 1 {
 				mat[x<<6|uint32(bits.TrailingZeros64(o))] = uint32(d)
 			}
@@ -384,7 +386,7 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 			sc.ByTier = r.byTier
 			sc.ByTier[r.tier] += sc.Matched - r.start
 		} else {
-			sc.ByTier = [NumTiers]uint32{TierDevice: sc.Matched}
+			sc.ByTier = [kv.NumTiers]uint32{kv.TierDevice: sc.Matched}
 		}
 		sc.Cached = se.cached.Load()
 	}

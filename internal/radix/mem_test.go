@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 func heapAlloc() uint64 {
@@ -17,13 +19,13 @@ func heapAlloc() uint64 {
 
 // fillWorkers stores, for each worker, runs of 16 blocks under shared and
 // private prefixes, and returns each worker's engine hashes in store order.
-func fillWorkers(t *testing.T, ix *Index, workers []Worker, runs int) [][]uint64 {
+func fillWorkers(t *testing.T, ix *Index, workers []kv.WorkerRank, runs int) [][]uint64 {
 	t.Helper()
 	hashes := make([][]uint64, len(workers))
 	for wi, w := range workers {
 		eh := uint64(wi) << 40
 		for r := range runs {
-			var blocks []Block
+			var blocks []kv.Block
 			for b := range 16 {
 				eh++
 				// Half the runs share a prefix across workers.
@@ -31,9 +33,9 @@ func fillWorkers(t *testing.T, ix *Index, workers []Worker, runs int) [][]uint64
 				if r%2 == 1 {
 					bh |= uint64(wi+1) << 32
 				}
-				blocks = append(blocks, Block{EngineHash: eh, BlockHash: bh})
+				blocks = append(blocks, kv.Block{EngineHash: eh, BlockHash: bh})
 			}
-			if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+			if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
 				t.Fatal(err)
 			}
 			for _, b := range blocks {
@@ -50,16 +52,16 @@ func fillWorkers(t *testing.T, ix *Index, workers []Worker, runs int) [][]uint64
 // back to where they were.
 func TestMemoryReturnsToBaseline(t *testing.T) {
 	ix := New(Config{})
-	var workers []Worker
+	var workers []kv.WorkerRank
 	for i := range 16 {
-		workers = append(workers, Worker{ID: fmt.Sprintf("w%d", i)})
+		workers = append(workers, kv.WorkerRank{ID: fmt.Sprintf("w%d", i)})
 	}
 	// Register the workers first: a worker's registry entry stays for good.
 	for _, w := range workers {
-		if err := ix.Store(w, 0, false, TierDevice, []Block{{1, 1}}); err != nil {
+		if err := ix.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 1, BlockHash: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ix.Remove(w, []uint64{1}, TierDevice); err != nil {
+		if err := ix.Remove(w, []uint64{1}, kv.TierDevice); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +78,7 @@ func TestMemoryReturnsToBaseline(t *testing.T) {
 			hs := hashes[wi]
 			r.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
 			for i := 0; i < len(hs); i += 7 {
-				if err := ix.Remove(w, hs[i:min(i+7, len(hs))], TierDevice); err != nil {
+				if err := ix.Remove(w, hs[i:min(i+7, len(hs))], kv.TierDevice); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -105,7 +107,7 @@ func TestMemoryReturnsToBaseline(t *testing.T) {
 // their entries go give memory back while the rest stays intact.
 func TestMemoryShrinksAfterPartialRemove(t *testing.T) {
 	ix := New(Config{Shards: 1})
-	workers := []Worker{{ID: "a"}, {ID: "b"}}
+	workers := []kv.WorkerRank{{ID: "a"}, {ID: "b"}}
 	base := heapAlloc()
 	hashes := fillWorkers(t, ix, workers, 1500)
 	full := heapAlloc()
@@ -113,7 +115,7 @@ func TestMemoryShrinksAfterPartialRemove(t *testing.T) {
 		hs := hashes[wi]
 		// Keep the first run of each worker; drop the rest leaf-first.
 		for i := len(hs) - 1; i >= 16; i-- {
-			if err := ix.Remove(w, hs[i:i+1], TierDevice); err != nil {
+			if err := ix.Remove(w, hs[i:i+1], kv.TierDevice); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,14 +147,14 @@ func blocksOfRun(r int) []uint64 {
 // TestMatchZeroAllocs checks that Match allocates nothing when out has room.
 func TestMatchZeroAllocs(t *testing.T) {
 	ix := New(Config{})
-	var workers []Worker
+	var workers []kv.WorkerRank
 	for i := range 50 {
-		workers = append(workers, Worker{ID: fmt.Sprintf("w%d", i)})
+		workers = append(workers, kv.WorkerRank{ID: fmt.Sprintf("w%d", i)})
 	}
 	fillWorkers(t, ix, workers, 4)
 	// Some workers drop a block in the middle so that the walk splits.
 	for wi := 0; wi < 50; wi += 3 {
-		if err := ix.Remove(workers[wi], []uint64{uint64(wi)<<40 | 9}, TierDevice); err != nil {
+		if err := ix.Remove(workers[wi], []uint64{uint64(wi)<<40 | 9}, kv.TierDevice); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // refModel is a deliberately naive reference for Index: every worker's engine
@@ -18,10 +20,10 @@ import (
 // rules and counts the same things, with no sharing, sharding or cleverness.
 type refModel struct {
 	mu      sync.Mutex
-	binds   map[Worker]map[uint64]*refBind
-	held    map[string]map[Worker]*[NumTiers]int
+	binds   map[kv.WorkerRank]map[uint64]*refBind
+	held    map[string]map[kv.WorkerRank]*[kv.NumTiers]int
 	st      Stats
-	touched map[Worker]bool
+	touched map[kv.WorkerRank]bool
 	// segmentStart is the index's rule for where a path segment starts: a
 	// node of the index lives while it is held or has a held descendant in
 	// its segment.
@@ -30,14 +32,14 @@ type refModel struct {
 
 type refBind struct {
 	path   string
-	copies [NumTiers]int
+	copies [kv.NumTiers]int
 }
 
 func newRefModel(segmentStart func(depth uint32) bool) *refModel {
 	return &refModel{
-		binds:        make(map[Worker]map[uint64]*refBind),
-		held:         make(map[string]map[Worker]*[NumTiers]int),
-		touched:      make(map[Worker]bool),
+		binds:        make(map[kv.WorkerRank]map[uint64]*refBind),
+		held:         make(map[string]map[kv.WorkerRank]*[kv.NumTiers]int),
+		touched:      make(map[kv.WorkerRank]bool),
 		segmentStart: segmentStart,
 	}
 }
@@ -46,19 +48,19 @@ func pathAppend(p string, h uint64) string {
 	return p + string(binary.LittleEndian.AppendUint64(nil, h))
 }
 
-func (m *refModel) hold(w Worker, path string, t Tier, d int) {
+func (m *refModel) hold(w kv.WorkerRank, path string, t kv.Tier, d int) {
 	hs := m.held[path]
 	if hs == nil {
-		hs = make(map[Worker]*[NumTiers]int)
+		hs = make(map[kv.WorkerRank]*[kv.NumTiers]int)
 		m.held[path] = hs
 	}
 	c := hs[w]
 	if c == nil {
-		c = new([NumTiers]int)
+		c = new([kv.NumTiers]int)
 		hs[w] = c
 	}
 	c[t] += d
-	if *c == ([NumTiers]int{}) {
+	if *c == ([kv.NumTiers]int{}) {
 		delete(hs, w)
 		if len(hs) == 0 {
 			delete(m.held, path)
@@ -66,19 +68,19 @@ func (m *refModel) hold(w Worker, path string, t Tier, d int) {
 	}
 }
 
-func (m *refModel) drop(w Worker, b *refBind) {
-	for t := Tier(0); t < NumTiers; t++ {
+func (m *refModel) drop(w kv.WorkerRank, b *refBind) {
+	for t := kv.Tier(0); t < kv.NumTiers; t++ {
 		if b.copies[t] > 0 {
 			m.hold(w, b.path, t, -1)
 		}
 	}
 }
 
-func (m *refModel) Store(w Worker, parent uint64, hasParent bool, tier Tier, blocks []Block) error {
+func (m *refModel) Store(w kv.WorkerRank, parent uint64, hasParent bool, tier kv.Tier, blocks []kv.Block) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.touched[w] = true
-	if tier >= NumTiers {
+	if tier >= kv.NumTiers {
 		m.st.Invalid++
 		return ErrInvalid
 	}
@@ -133,11 +135,11 @@ func (m *refModel) Store(w Worker, parent uint64, hasParent bool, tier Tier, blo
 	return nil
 }
 
-func (m *refModel) update(w Worker, hashes []uint64, tier Tier, dir int) error {
+func (m *refModel) update(w kv.WorkerRank, hashes []uint64, tier kv.Tier, dir int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.touched[w] = true
-	if tier >= NumTiers {
+	if tier >= kv.NumTiers {
 		m.st.BlockNotFound += uint64(len(hashes))
 		return ErrBlockNotFound
 	}
@@ -166,7 +168,7 @@ func (m *refModel) update(w Worker, hashes []uint64, tier Tier, dir int) error {
 		b.copies[tier]--
 		if b.copies[tier] == 0 {
 			m.hold(w, b.path, tier, -1)
-			if b.copies == ([NumTiers]int{}) {
+			if b.copies == ([kv.NumTiers]int{}) {
 				delete(bs, eh)
 			}
 		}
@@ -178,17 +180,21 @@ func (m *refModel) update(w Worker, hashes []uint64, tier Tier, dir int) error {
 	return nil
 }
 
-func (m *refModel) StoreTier(w Worker, hs []uint64, t Tier) error { return m.update(w, hs, t, +1) }
-func (m *refModel) Remove(w Worker, hs []uint64, t Tier) error    { return m.update(w, hs, t, -1) }
+func (m *refModel) StoreTier(w kv.WorkerRank, hs []uint64, t kv.Tier) error {
+	return m.update(w, hs, t, +1)
+}
+func (m *refModel) Remove(w kv.WorkerRank, hs []uint64, t kv.Tier) error {
+	return m.update(w, hs, t, -1)
+}
 
-func (m *refModel) clearLocked(w Worker) {
+func (m *refModel) clearLocked(w kv.WorkerRank) {
 	for _, b := range m.binds[w] {
 		m.drop(w, b)
 	}
 	delete(m.binds, w)
 }
 
-func (m *refModel) Clear(w Worker) {
+func (m *refModel) Clear(w kv.WorkerRank) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.clearLocked(w)
@@ -235,16 +241,16 @@ func (m *refModel) Match(hs []uint64) []named {
 	return out
 }
 
-func (m *refModel) Cached(w Worker) uint64 {
+func (m *refModel) Cached(w kv.WorkerRank) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return uint64(len(m.binds[w]))
 }
 
-func (m *refModel) Workers() []Worker {
+func (m *refModel) Workers() []kv.WorkerRank {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []Worker
+	var out []kv.WorkerRank
 	for w, bs := range m.binds {
 		if len(bs) > 0 {
 			out = append(out, w)
@@ -276,7 +282,7 @@ func (m *refModel) Stats() Stats {
 	return st
 }
 
-func workerLess(a, b Worker) bool {
+func workerLess(a, b kv.WorkerRank) bool {
 	if a.ID != b.ID {
 		return a.ID < b.ID
 	}
@@ -285,7 +291,7 @@ func workerLess(a, b Worker) bool {
 
 // named is a Score with the name of its worker/rank, as tests compare them.
 type named struct {
-	Worker Worker
+	Worker kv.WorkerRank
 	Score
 }
 
@@ -313,14 +319,14 @@ func sortScores(s []named) {
 // across workers, runs overlap, and errors of every kind occur.
 type opGen struct {
 	r      *rand.Rand
-	ranks  []Worker
-	salt   map[Worker]uint64
+	ranks  []kv.WorkerRank
+	salt   map[kv.WorkerRank]uint64
 	maxLen int
-	known  map[Worker][][]uint64 // paths stored before, to extend and to remove
+	known  map[kv.WorkerRank][][]uint64 // paths stored before, to extend and to remove
 }
 
 // knownOrRandom returns a path w stored before (or its prefix) most of the time.
-func (g *opGen) knownOrRandom(w Worker) []uint64 {
+func (g *opGen) knownOrRandom(w kv.WorkerRank) []uint64 {
 	if k := g.known[w]; len(k) > 0 && g.r.IntN(5) != 0 {
 		p := k[g.r.IntN(len(k))]
 		return p[:1+g.r.IntN(len(p))]
@@ -345,7 +351,7 @@ func randPrompt(r *rand.Rand, n int) []uint64 {
 // eh is the engine hash of a path on w: a hash of the path, salted per worker
 // for odd ranks so that equal engine hashes on different workers mean
 // different things or the same thing.
-func (g *opGen) eh(w Worker, path []uint64) uint64 {
+func (g *opGen) eh(w kv.WorkerRank, path []uint64) uint64 {
 	h := g.salt[w]
 	for _, b := range path {
 		h = fmix64(h ^ b*0x9e3779b97f4a7c15)
@@ -355,11 +361,11 @@ func (g *opGen) eh(w Worker, path []uint64) uint64 {
 
 type randOp struct {
 	kind      string
-	w         Worker
+	w         kv.WorkerRank
 	parent    uint64
 	hasParent bool
-	tier      Tier
-	blocks    []Block
+	tier      kv.Tier
+	blocks    []kv.Block
 	hashes    []uint64
 	path      []uint64 // a store's whole path
 }
@@ -367,7 +373,7 @@ type randOp struct {
 // learn remembers the path of a successful store.
 func (g *opGen) learn(op randOp, err error) {
 	if g.known == nil {
-		g.known = make(map[Worker][][]uint64)
+		g.known = make(map[kv.WorkerRank][][]uint64)
 	}
 	switch {
 	case op.kind == "clear":
@@ -391,11 +397,11 @@ func (o randOp) String() string {
 	return fmt.Sprintf("%s %s parent=%v/%#x tier=%d blocks=%v hashes=%v", o.kind, o.w, o.hasParent, o.parent, o.tier, o.blocks, o.hashes)
 }
 
-func (g *opGen) randTier() Tier {
+func (g *opGen) randTier() kv.Tier {
 	if g.r.IntN(3) == 0 {
-		return Tier(g.r.IntN(int(NumTiers)))
+		return kv.Tier(g.r.IntN(int(kv.NumTiers)))
 	}
-	return TierDevice
+	return kv.TierDevice
 }
 
 func (g *opGen) next() randOp {
@@ -421,7 +427,7 @@ func (g *opGen) next() randOp {
 			op.hasParent, op.parent = true, g.eh(w, p[:s])
 		}
 		for i := s; i < len(p); i++ {
-			op.blocks = append(op.blocks, Block{EngineHash: g.eh(w, p[:i+1]), BlockHash: p[i]})
+			op.blocks = append(op.blocks, kv.Block{EngineHash: g.eh(w, p[:i+1]), BlockHash: p[i]})
 		}
 		switch k := r.IntN(40); {
 		case k == 0 && len(op.blocks) > 1: // repeat an engine hash
@@ -433,7 +439,7 @@ func (g *opGen) next() randOp {
 		case k < 6: // an engine hash bound elsewhere: rebinds and aliases
 			op.blocks[r.IntN(len(op.blocks))].EngineHash = g.eh(w, randPrompt(r, 1+r.IntN(g.maxLen)))
 		case k == 6:
-			op.tier = NumTiers + 1
+			op.tier = kv.NumTiers + 1
 		}
 	case n < 65:
 		op.kind = "storetier"
@@ -442,10 +448,10 @@ func (g *opGen) next() randOp {
 		op.kind = "remove"
 		op.hashes = g.someHashes(w)
 		if r.IntN(2) == 0 {
-			op.tier = TierDevice
+			op.tier = kv.TierDevice
 		}
 		if r.IntN(50) == 0 {
-			op.tier = NumTiers
+			op.tier = kv.NumTiers
 		}
 	case n < 98:
 		op.kind = "clear"
@@ -455,7 +461,7 @@ func (g *opGen) next() randOp {
 	return op
 }
 
-func (g *opGen) someHashes(w Worker) []uint64 {
+func (g *opGen) someHashes(w kv.WorkerRank) []uint64 {
 	var hs []uint64
 	for range 1 + g.r.IntN(4) {
 		hs = append(hs, g.eh(w, g.knownOrRandom(w)))
@@ -497,20 +503,20 @@ var errModel = errors.New("both")
 
 // compareAll checks every match over prompts, every worker's Cached, Workers,
 // Stats and the index's invariants.
-func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, workers []Worker) {
+func compareAll(t *testing.T, ix *Index, m *refModel, prompts [][]uint64, workers []kv.WorkerRank) {
 	t.Helper()
 	if err := ix.CheckInvariants(); err != nil {
 		t.Fatalf("invariants: %v", err)
 	}
 	var buf []Score
-	slotOf := map[Worker]uint32{}
-	workerOf := map[uint32]Worker{}
+	slotOf := map[kv.WorkerRank]uint32{}
+	workerOf := map[uint32]kv.WorkerRank{}
 	for _, p := range prompts {
 		buf = ix.Match(p, buf)
 		got := nameScores(ix, buf)
 		// Each worker/rank has one slot, and no two share one.
 		for _, sc := range got {
-			if sc.Worker == (Worker{}) {
+			if sc.Worker == (kv.WorkerRank{}) {
 				t.Fatalf("slot %d names no worker", sc.Slot)
 			}
 			if s, ok := slotOf[sc.Worker]; ok && s != sc.Slot {
@@ -568,10 +574,10 @@ func TestRandomSequential(t *testing.T) {
 			ix := New(Config{Shards: 4, SegmentBlocks: seg, CheckInvariants: true})
 			m := newRefModel(ix.segmentStart)
 			r := rand.New(rand.NewPCG(seed, 7))
-			g := &opGen{r: r, salt: map[Worker]uint64{}, maxLen: 6}
+			g := &opGen{r: r, salt: map[kv.WorkerRank]uint64{}, maxLen: 6}
 			for i := range 3 {
 				for rank := range 2 {
-					w := Worker{ID: fmt.Sprintf("w%d", i), DPRank: uint32(rank)}
+					w := kv.WorkerRank{ID: fmt.Sprintf("w%d", i), DPRank: uint32(rank)}
 					g.ranks = append(g.ranks, w)
 					if i%2 == 1 {
 						g.salt[w] = uint64(i*10 + rank + 1)
@@ -618,11 +624,11 @@ func TestRandomConcurrent(t *testing.T) {
 		prompts[i] = randPrompt(r, 1+r.IntN(10))
 	}
 	gens := make([]*opGen, writers)
-	var all []Worker
+	var all []kv.WorkerRank
 	for i := range gens {
-		g := &opGen{r: rand.New(rand.NewPCG(uint64(i), 99)), salt: map[Worker]uint64{}, maxLen: 8}
+		g := &opGen{r: rand.New(rand.NewPCG(uint64(i), 99)), salt: map[kv.WorkerRank]uint64{}, maxLen: 8}
 		for rank := range 2 {
-			w := Worker{ID: fmt.Sprintf("w%02d", i), DPRank: uint32(rank)}
+			w := kv.WorkerRank{ID: fmt.Sprintf("w%02d", i), DPRank: uint32(rank)}
 			g.ranks = append(g.ranks, w)
 			all = append(all, w)
 			if i%2 == 1 {
@@ -767,33 +773,33 @@ func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 	for i := range path {
 		path[i] = uint64(1000 + i)
 	}
-	var all []Worker
+	var all []kv.WorkerRank
 	eh := func(w, i int) uint64 { return uint64(w)<<32 | uint64(i+1) }
 	for wi := range workers {
 		if wi%idleEvery == 0 {
 			for j := range idle {
-				w := Worker{ID: fmt.Sprintf("idle%03d-%03d", wi, j)}
+				w := kv.WorkerRank{ID: fmt.Sprintf("idle%03d-%03d", wi, j)}
 				all = append(all, w)
 				// (A block of its own: the holder sets stay the path's.)
-				op := randOp{kind: "store", w: w, blocks: []Block{{EngineHash: 1, BlockHash: 1<<40 + uint64(len(all))}}}
+				op := randOp{kind: "store", w: w, blocks: []kv.Block{{EngineHash: 1, BlockHash: 1<<40 + uint64(len(all))}}}
 				if err := applyBoth(ix, m, op); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		w := Worker{ID: fmt.Sprintf("w%03d", wi)}
+		w := kv.WorkerRank{ID: fmt.Sprintf("w%03d", wi)}
 		all = append(all, w)
 		n := depth - r.IntN(depth/2)*r.IntN(2)
-		var blocks []Block
+		var blocks []kv.Block
 		for i := range n {
-			blocks = append(blocks, Block{EngineHash: eh(wi, i), BlockHash: path[i]})
+			blocks = append(blocks, kv.Block{EngineHash: eh(wi, i), BlockHash: path[i]})
 		}
 		if err := applyBoth(ix, m, randOp{kind: "store", w: w, blocks: blocks}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	prompts := [][]uint64{path, path[:depth/2], append(slices.Clone(path[:depth-1]), 5)}
-	holders := slices.DeleteFunc(slices.Clone(all), func(w Worker) bool { return strings.HasPrefix(w.ID, "idle") })
+	holders := slices.DeleteFunc(slices.Clone(all), func(w kv.WorkerRank) bool { return strings.HasPrefix(w.ID, "idle") })
 	for round := range 30 {
 		for range 40 {
 			wi := r.IntN(workers)
@@ -805,17 +811,17 @@ func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 			var op randOp
 			switch r.IntN(4) {
 			case 0:
-				op = randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{eh(wi, i)}}
+				op = randOp{kind: "remove", w: w, tier: kv.TierDevice, hashes: []uint64{eh(wi, i)}}
 			case 1:
-				op = randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{eh(wi, i), eh(wi, i+1)}}
+				op = randOp{kind: "storetier", w: w, tier: kv.TierHost, hashes: []uint64{eh(wi, i), eh(wi, i+1)}}
 			case 2:
 				if i == 0 {
 					continue
 				}
 				op = randOp{kind: "store", w: w, hasParent: true, parent: eh(wi, i-1),
-					blocks: []Block{{EngineHash: eh(wi, i), BlockHash: path[i]}}}
+					blocks: []kv.Block{{EngineHash: eh(wi, i), BlockHash: path[i]}}}
 			case 3:
-				op = randOp{kind: "remove", w: w, tier: TierHost, hashes: []uint64{eh(wi, i)}}
+				op = randOp{kind: "remove", w: w, tier: kv.TierHost, hashes: []uint64{eh(wi, i)}}
 			}
 			if err := applyBoth(ix, m, op); err != nil && !errors.Is(err, errModel) {
 				t.Fatalf("round %d: %v", round, err)
@@ -833,24 +839,24 @@ func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 func TestMatchFirstSetTiers(t *testing.T) {
 	ix := New(Config{})
 	m := newRefModel(ix.segmentStart)
-	var all []Worker
+	var all []kv.WorkerRank
 	for wi := range 40 {
-		w := Worker{ID: fmt.Sprintf("w%02d", wi)}
+		w := kv.WorkerRank{ID: fmt.Sprintf("w%02d", wi)}
 		all = append(all, w)
-		ops := []randOp{{kind: "store", w: w, blocks: []Block{{EngineHash: 1, BlockHash: 100}, {EngineHash: 2, BlockHash: 101}}}}
+		ops := []randOp{{kind: "store", w: w, blocks: []kv.Block{{EngineHash: 1, BlockHash: 100}, {EngineHash: 2, BlockHash: 101}}}}
 		switch {
 		case wi < 10: // host only, both blocks
 			ops = append(ops,
-				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1, 2}},
-				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{1, 2}})
+				randOp{kind: "storetier", w: w, tier: kv.TierHost, hashes: []uint64{1, 2}},
+				randOp{kind: "remove", w: w, tier: kv.TierDevice, hashes: []uint64{1, 2}})
 		case wi < 15: // host only, the first block
 			ops = append(ops,
-				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1}},
-				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{1, 2}})
+				randOp{kind: "storetier", w: w, tier: kv.TierHost, hashes: []uint64{1}},
+				randOp{kind: "remove", w: w, tier: kv.TierDevice, hashes: []uint64{1, 2}})
 		case wi < 20: // device and host (not a plain entry), the first block
 			ops = append(ops,
-				randOp{kind: "storetier", w: w, tier: TierHost, hashes: []uint64{1}},
-				randOp{kind: "remove", w: w, tier: TierDevice, hashes: []uint64{2}})
+				randOp{kind: "storetier", w: w, tier: kv.TierHost, hashes: []uint64{1}},
+				randOp{kind: "remove", w: w, tier: kv.TierDevice, hashes: []uint64{2}})
 		}
 		for _, op := range ops {
 			if err := applyBoth(ix, m, op); err != nil {
@@ -860,7 +866,7 @@ func TestMatchFirstSetTiers(t *testing.T) {
 	}
 	sh := ix.shards[ix.rootShard(100)]
 	id, _ := sh.lookup(rootID, pathKey(rootKey, 100))
-	if fs := &sh.sets[sh.meta(id).set]; fs.bits.bm == nil || fs.bits.tiers != 1<<TierDevice|1<<TierHost || len(fs.e) != 5 {
+	if fs := &sh.sets[sh.meta(id).set]; fs.bits.bm == nil || fs.bits.tiers != 1<<kv.TierDevice|1<<kv.TierHost || len(fs.e) != 5 {
 		t.Fatalf("first set: bitmaps %v, tiers %b, %d entries not plain; want bitmaps of 2 tiers and 5", fs.bits.bm != nil, fs.bits.tiers, len(fs.e))
 	}
 	compareAll(t, ix, m, [][]uint64{{100}, {100, 101}, {100, 101, 102}}, all)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata expectations with the actual output")
@@ -85,27 +87,27 @@ func runScript(t *testing.T, path string) {
 	}
 }
 
-var tierNames = [NumTiers]string{"device", "host", "disk", "external"}
+var tierNames = [kv.NumTiers]string{"device", "host", "disk", "external"}
 
-func parseTier(s string) (Tier, error) {
+func parseTier(s string) (kv.Tier, error) {
 	for i, n := range tierNames {
 		if s == n {
-			return Tier(i), nil
+			return kv.Tier(i), nil
 		}
 	}
 	if v, err := strconv.Atoi(s); err == nil {
-		return Tier(v), nil
+		return kv.Tier(v), nil
 	}
 	return 0, fmt.Errorf("bad tier %q", s)
 }
 
-func parseWorker(s string) (Worker, error) {
+func parseWorker(s string) (kv.WorkerRank, error) {
 	id, rank, ok := strings.Cut(s, "/")
 	if !ok {
-		return Worker{}, fmt.Errorf("bad worker %q (want id/rank)", s)
+		return kv.WorkerRank{}, fmt.Errorf("bad worker %q (want id/rank)", s)
 	}
 	r, err := strconv.ParseUint(rank, 10, 32)
-	return Worker{ID: id, DPRank: uint32(r)}, err
+	return kv.WorkerRank{ID: id, DPRank: uint32(r)}, err
 }
 
 func parseHashes(args []string) ([]uint64, error) {
@@ -163,8 +165,8 @@ func runCommand(ix *Index, cmd string) (string, error) {
 			return "", err
 		}
 		var parent uint64
-		hasParent, tier := false, TierDevice
-		var blocks []Block
+		hasParent, tier := false, kv.TierDevice
+		var blocks []kv.Block
 		for _, a := range f[2:] {
 			switch {
 			case strings.HasPrefix(a, "parent="):
@@ -185,7 +187,7 @@ func runCommand(ix *Index, cmd string) (string, error) {
 				if err != nil {
 					return "", err
 				}
-				blocks = append(blocks, Block{EngineHash: hs[0], BlockHash: hs[1]})
+				blocks = append(blocks, kv.Block{EngineHash: hs[0], BlockHash: hs[1]})
 			}
 		}
 		return errResult(ix.Store(w, parent, hasParent, tier, blocks)), nil

@@ -3,6 +3,8 @@ package radix
 import (
 	"math/bits"
 	"sync"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // A shard owns the path segments (see Config.SegmentBlocks) whose first node's
@@ -115,7 +117,7 @@ type setBits struct {
 
 // planeOf is where tier t's plane starts in bm, or -1 when no entry has t as
 // its best tier.
-func planeOf(tiers uint8, t Tier, w uint32) int32 {
+func planeOf(tiers uint8, t kv.Tier, w uint32) int32 {
 	if tiers&(1<<t) == 0 {
 		return -1
 	}
@@ -177,12 +179,12 @@ func (b *setBits) word(x uint32) uint64 {
 }
 
 // tierOf is the tier of the plane holding slot's bit, or false.
-func (b *setBits) tierOf(slot uint32) (Tier, bool) {
+func (b *setBits) tierOf(slot uint32) (kv.Tier, bool) {
 	r := slot>>6 - b.lo
 	if r >= b.w { // (slots below lo wrap past w)
 		return 0, false
 	}
-	for t := range NumTiers {
+	for t := range kv.NumTiers {
 		if p := planeOf(b.tiers, t, b.w); p >= 0 && b.bm[p+int32(r)]&(1<<(slot&63)) != 0 {
 			return t, true
 		}
@@ -232,12 +234,12 @@ func searchSlot(e []uint64, slot uint32) int {
 // at bit 8t, saturating). Sorting entries sorts them by slot.
 func entrySlot(e uint64) uint32 { return uint32(e >> 32) }
 
-func entryCount(e uint64, t Tier) uint32 { return uint32(e>>(8*t)) & 0xff }
+func entryCount(e uint64, t kv.Tier) uint32 { return uint32(e>>(8*t)) & 0xff }
 
 // bestTier is the best tier the entry holds a copy on. e must hold one.
-func bestTier(e uint64) Tier {
+func bestTier(e uint64) kv.Tier {
 	c := uint32(e)
-	var t Tier
+	var t kv.Tier
 	for c&0xff == 0 {
 		c >>= 8
 		t++
@@ -246,7 +248,7 @@ func bestTier(e uint64) Tier {
 }
 
 // tierDelta is a per-tier change of holder counts, packed as one int8 per tier.
-type tierDelta [NumTiers]int8
+type tierDelta [kv.NumTiers]int8
 
 // maxHolderCount is the most engine hashes of one worker/rank a node counts
 // per tier (8 bits of a holder entry).
@@ -257,7 +259,7 @@ const maxHolderCount = 0xff
 // match the bindings, and removing them would free a node still bound.
 func applyDelta(e uint64, d tierDelta) (uint64, bool) {
 	out := e &^ 0xffffffff
-	for t := Tier(0); t < NumTiers; t++ {
+	for t := kv.Tier(0); t < kv.NumTiers; t++ {
 		c := int(entryCount(e, t)) + int(d[t])
 		if c < 0 {
 			c = 0
@@ -656,7 +658,7 @@ func (s *shard) deriveBits(old, slot uint32, d tierDelta) (id uint32, ok, done b
 	}
 	sb := setBits{bm: s.spare.get(bits.OnesCount8(tiers) * int(w)), lo: lo, w: w, tiers: tiers}
 	from, to := max(lo, ob.lo), min(lo+w, ob.lo+ob.w) // words both cover
-	for t := range NumTiers {
+	for t := range kv.NumTiers {
 		np := planeOf(tiers, t, w)
 		if np < 0 {
 			continue

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // TestPathKeyCollision forces two live nodes with one path key (under
@@ -15,7 +17,7 @@ import (
 func TestPathKeyCollision(t *testing.T) {
 	s := newShard()
 	var memo setMemo
-	hold := func(id uint32, d int8) { s.adjust(id, 7, tierOne(TierDevice, d), &memo) }
+	hold := func(id uint32, d int8) { s.adjust(id, 7, tierOne(kv.TierDevice, d), &memo) }
 	a := s.child(rootID, 111, 0)
 	b := s.child(rootID, 222, 0)
 	hold(a, 1)
@@ -75,8 +77,8 @@ func TestPrefixKeys(t *testing.T) {
 		t.Fatalf("keys do not tell prefixes apart: [1 2] %x, [2 1] %x", ab, ba)
 	}
 	ix := New(Config{})
-	w := Worker{ID: "w"}
-	if err := ix.Store(w, 0, false, TierDevice, []Block{{EngineHash: 7, BlockHash: 1}, {EngineHash: 8, BlockHash: 2}}); err != nil {
+	w := kv.WorkerRank{ID: "w"}
+	if err := ix.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 7, BlockHash: 1}, {EngineHash: 8, BlockHash: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	sh := ix.shards[ix.rootShard(1)]
@@ -129,8 +131,8 @@ func TestDerive(t *testing.T) {
 		}
 		var c uint64
 		for c == 0 {
-			for tr := range NumTiers {
-				if r.IntN(4) == 0 || (tr == TierDevice && r.IntN(2) == 0) {
+			for tr := range kv.NumTiers {
+				if r.IntN(4) == 0 || (tr == kv.TierDevice && r.IntN(2) == 0) {
 					c |= uint64(1+r.IntN(3)) << (8 * tr)
 				}
 			}
@@ -181,7 +183,7 @@ func TestDerive(t *testing.T) {
 			ne = uint64(slot)<<32 | counts()
 		}
 		var d tierDelta
-		for tr := range NumTiers {
+		for tr := range kv.NumTiers {
 			d[tr] = int8(entryCount(ne, tr)) - int8(entryCount(cur, tr))
 		}
 		e := slices.Clone(old)
@@ -247,7 +249,7 @@ func TestDerive(t *testing.T) {
 func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 	const chains, depth = 8, 24
 	ix := New(Config{SegmentBlocks: depth}) // (each chain one segment)
-	w := Worker{ID: "w"}
+	w := kv.WorkerRank{ID: "w"}
 	var firsts []uint64 // first blocks in one shard, so the chains share a free list
 	for h := uint64(1); len(firsts) < 2*chains+1; h++ {
 		if ix.rootShard(h) == ix.rootShard(1) {
@@ -256,12 +258,12 @@ func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 	}
 	eh := func(c, i int) uint64 { return uint64(c)<<16 | uint64(i) + 1 }
 	store := func(c int) {
-		blocks := make([]Block, depth)
+		blocks := make([]kv.Block, depth)
 		for i := range blocks {
-			blocks[i] = Block{EngineHash: eh(c, i), BlockHash: uint64(c)<<20 | uint64(i)}
+			blocks[i] = kv.Block{EngineHash: eh(c, i), BlockHash: uint64(c)<<20 | uint64(i)}
 		}
 		blocks[0].BlockHash = firsts[c]
-		if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+		if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -271,7 +273,7 @@ func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 	}
 	for i := depth - 1; i >= 0; i-- {
 		for c := range chains {
-			if err := ix.Remove(w, []uint64{eh(c, i)}, TierDevice); err != nil {
+			if err := ix.Remove(w, []uint64{eh(c, i)}, kv.TierDevice); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -316,11 +318,11 @@ func TestRunIDsAfterInterleavedFrees(t *testing.T) {
 func TestFreeListCompaction(t *testing.T) {
 	const depth = 24
 	ix := New(Config{SegmentBlocks: depth}) // (each chain one segment)
-	w := Worker{ID: "w"}
-	run := func(first, tag uint64) []Block {
-		blocks := make([]Block, depth)
+	w := kv.WorkerRank{ID: "w"}
+	run := func(first, tag uint64) []kv.Block {
+		blocks := make([]kv.Block, depth)
 		for i := range blocks {
-			blocks[i] = Block{EngineHash: tag<<16 | uint64(i) + 1, BlockHash: tag<<20 | uint64(i)}
+			blocks[i] = kv.Block{EngineHash: tag<<16 | uint64(i) + 1, BlockHash: tag<<20 | uint64(i)}
 		}
 		blocks[0].BlockHash = first
 		return blocks
@@ -328,14 +330,14 @@ func TestFreeListCompaction(t *testing.T) {
 	var second uint64 // a first block in the shard of block 1
 	for second = 2; ix.rootShard(second) != ix.rootShard(1); second++ {
 	}
-	if err := ix.Store(w, 0, false, TierDevice, run(1, 1)); err != nil { // keeps the shard from emptying
+	if err := ix.Store(w, 0, false, kv.TierDevice, run(1, 1)); err != nil { // keeps the shard from emptying
 		t.Fatal(err)
 	}
 	sh := ix.shards[ix.rootShard(1)]
 	maxListed := 0
 	for cycle := range 200 {
 		blocks := run(second, 2)
-		if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+		if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
 			t.Fatal(err)
 		}
 		if err := ix.CheckInvariants(); err != nil {
@@ -343,7 +345,7 @@ func TestFreeListCompaction(t *testing.T) {
 		}
 		maxListed = max(maxListed, len(sh.free))
 		for i := depth - 1; i >= 0; i-- {
-			if err := ix.Remove(w, []uint64{blocks[i].EngineHash}, TierDevice); err != nil {
+			if err := ix.Remove(w, []uint64{blocks[i].EngineHash}, kv.TierDevice); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -406,16 +408,16 @@ func TestSegmentsSpreadSharedPrefix(t *testing.T) {
 	} {
 		ix := New(Config{SegmentBlocks: tc.seg, CheckInvariants: true})
 		for c := range convs {
-			w := Worker{ID: fmt.Sprintf("w%d", c)}
-			blocks := make([]Block, length)
+			w := kv.WorkerRank{ID: fmt.Sprintf("w%d", c)}
+			blocks := make([]kv.Block, length)
 			for i := range blocks {
 				bh := uint64(1000 + i) // the shared prefix
 				if i >= shared {
 					bh = uint64(c)<<32 | uint64(i)
 				}
-				blocks[i] = Block{EngineHash: uint64(i + 1), BlockHash: bh}
+				blocks[i] = kv.Block{EngineHash: uint64(i + 1), BlockHash: bh}
 			}
-			if err := ix.Store(w, 0, false, TierDevice, blocks); err != nil {
+			if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
 				t.Fatal(err)
 			}
 			prompt := make([]uint64, length)

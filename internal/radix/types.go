@@ -1,34 +1,10 @@
 package radix
 
-import "errors"
+import (
+	"errors"
 
-// Tier is a storage tier a block can reside on. One block can sit on several
-// tiers of one worker at once.
-type Tier uint8
-
-// Storage tiers, best first.
-const (
-	TierDevice Tier = iota
-	TierHost
-	TierDisk
-	TierExternal
-	// NumTiers is the number of tiers.
-	NumTiers
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
-
-// Worker identifies one worker and data-parallel rank in the index.
-type Worker struct {
-	ID     string
-	DPRank uint32
-}
-
-// Block is one block of a Store run.
-type Block struct {
-	// EngineHash is the engine's opaque hash, meaningful only on its worker.
-	EngineHash uint64
-	// BlockHash is the router block hash of the block's tokens.
-	BlockHash uint64
-}
 
 // Score is one worker/rank's answer to a Match. It names the worker/rank by
 // slot (Index.WorkerOf) rather than by Worker: a match writes one Score per
@@ -42,7 +18,7 @@ type Score struct {
 	// Matched is the number of leading prompt blocks the worker holds on any tier.
 	Matched uint32
 	// ByTier counts matched blocks by the best tier the worker holds them on.
-	ByTier [NumTiers]uint32
+	ByTier [kv.NumTiers]uint32
 	// Cached is the number of blocks in the worker/rank's index.
 	Cached uint64
 }

@@ -3,13 +3,15 @@ package radix
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // workerState is one worker/rank's view: its engine hashes and where each is
 // bound in the tree. Only the worker's own writer touches blocks, under mu.
 type workerState struct {
 	mu   sync.Mutex
-	w    Worker
+	w    kv.WorkerRank
 	slot uint32
 
 	blocks u64map    // engine hash -> binding
@@ -38,10 +40,10 @@ func makeBinding(shard int, node uint32) binding {
 
 func (b binding) node() uint32 { return uint32(b) }
 func (b binding) shard() int   { return int(b>>32) & 0xff }
-func (b binding) copies(t Tier) uint32 {
+func (b binding) copies(t kv.Tier) uint32 {
 	return uint32(b>>(40+6*uint(t))) & maxCopies
 }
-func (b binding) withCopies(t Tier, c uint32) binding {
+func (b binding) withCopies(t kv.Tier, c uint32) binding {
 	sh := 40 + 6*uint(t)
 	return b&^(maxCopies<<sh) | binding(c)<<sh
 }
@@ -50,7 +52,7 @@ func (b binding) empty() bool { return b>>40 == 0 }
 // holderDelta is the holder-entry change that drops every tier b has copies on.
 func (b binding) holderDelta() tierDelta {
 	var d tierDelta
-	for t := Tier(0); t < NumTiers; t++ {
+	for t := kv.Tier(0); t < kv.NumTiers; t++ {
 		if b.copies(t) > 0 {
 			d[t] = -1
 		}
@@ -76,20 +78,20 @@ const slotChunkBits = 10
 // index size.
 type slotEntry struct {
 	ws     atomic.Pointer[workerState]
-	w      Worker
+	w      kv.WorkerRank
 	cached atomic.Uint64
 }
 
 type slotChunk [1 << slotChunkBits]slotEntry
 
-func (r *registry) get(w Worker) *workerState {
+func (r *registry) get(w kv.WorkerRank) *workerState {
 	if v, ok := r.byW.Load(w); ok {
 		return v.(*workerState)
 	}
 	return nil
 }
 
-func (r *registry) getOrCreate(w Worker) *workerState {
+func (r *registry) getOrCreate(w kv.WorkerRank) *workerState {
 	if ws := r.get(w); ws != nil {
 		return ws
 	}
@@ -133,14 +135,14 @@ func slotOf(dir []*slotChunk, slot uint32) *slotEntry {
 
 // WorkerOf returns the worker/rank that has slot (see Score.Slot), or false
 // when no worker/rank has it. It takes no lock.
-func (ix *Index) WorkerOf(slot uint32) (Worker, bool) {
+func (ix *Index) WorkerOf(slot uint32) (kv.WorkerRank, bool) {
 	dir := ix.reg.slots()
 	if int(slot>>slotChunkBits) >= len(dir) {
-		return Worker{}, false
+		return kv.WorkerRank{}, false
 	}
 	se := slotOf(dir, slot)
 	if se.ws.Load() == nil { // (se.w is stored before se.ws)
-		return Worker{}, false
+		return kv.WorkerRank{}, false
 	}
 	return se.w, true
 }

@@ -1,17 +1,21 @@
 package radix
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
 
 // TestWorkerOf names the slots Match reports and no others.
 func TestWorkerOf(t *testing.T) {
 	ix := New(Config{})
-	a, b := Worker{ID: "a"}, Worker{ID: "b", DPRank: 3}
-	for _, w := range []Worker{a, b} {
-		if err := ix.Store(w, 0, false, TierDevice, []Block{{EngineHash: 1, BlockHash: 10}}); err != nil {
+	a, b := kv.WorkerRank{ID: "a"}, kv.WorkerRank{ID: "b", DPRank: 3}
+	for _, w := range []kv.WorkerRank{a, b} {
+		if err := ix.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 1, BlockHash: 10}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := map[Worker]bool{}
+	got := map[kv.WorkerRank]bool{}
 	for _, s := range ix.Match([]uint64{10}, nil) {
 		w, ok := ix.WorkerOf(s.Slot)
 		if !ok {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // The benchmark workload: a fleet of workers, one rank each, each with a KV
@@ -49,7 +51,7 @@ type workload struct {
 }
 
 type wlWorker struct {
-	w    Worker
+	w    kv.WorkerRank
 	idx  int32
 	salt uint64
 	r    *rand.Rand
@@ -74,7 +76,7 @@ func newWorkload(cfg wlConfig) *workload {
 	for i := range cfg.workers {
 		wr := rand.New(rand.NewPCG(uint64(i), 77))
 		wl.workers = append(wl.workers, &wlWorker{
-			w:    Worker{ID: fmt.Sprintf("worker-%04d", i)},
+			w:    kv.WorkerRank{ID: fmt.Sprintf("worker-%04d", i)},
 			idx:  int32(i),
 			salt: fmix64(uint64(i) + 0x1234),
 			r:    wr,
@@ -113,7 +115,7 @@ type wlEvent struct {
 	remove    bool
 	hasParent bool
 	parent    uint64
-	blocks    []Block
+	blocks    []kv.Block
 	hashes    []uint64
 }
 
@@ -139,7 +141,7 @@ func (wl *workload) request(ww *wlWorker, log *wlLog, buf []uint64) []uint64 {
 	buf = wl.prompt(c, turn, buf)
 	var path uint64
 	var prev uint64
-	var run []Block
+	var run []kv.Block
 	flush := func(parent uint64, hasParent bool) {
 		if len(run) > 0 {
 			log.ev = append(log.ev, wlEvent{w: ww.idx, hasParent: hasParent, parent: parent, blocks: run})
@@ -158,7 +160,7 @@ func (wl *workload) request(ww *wlWorker, log *wlLog, buf []uint64) []uint64 {
 			if len(run) == 0 {
 				runParent, runHasParent = prev, i > 0
 			}
-			run = append(run, Block{EngineHash: eh, BlockHash: bh})
+			run = append(run, kv.Block{EngineHash: eh, BlockHash: bh})
 			ww.lru.add(eh)
 		}
 		prev = eh
@@ -284,9 +286,9 @@ func applyLog(ix *Index, wl *workload, log *wlLog) int {
 		w := wl.workers[e.w].w
 		var err error
 		if e.remove {
-			err = ix.Remove(w, e.hashes, TierDevice)
+			err = ix.Remove(w, e.hashes, kv.TierDevice)
 		} else {
-			err = ix.Store(w, e.parent, e.hasParent, TierDevice, e.blocks)
+			err = ix.Store(w, e.parent, e.hasParent, kv.TierDevice, e.blocks)
 		}
 		if err != nil {
 			errs++

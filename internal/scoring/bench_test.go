@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -52,11 +53,11 @@ func routeFixture(b *testing.B, predict bool) (*Router, [][]uint32) {
 		p := prompts[rng.IntN(len(prompts))]
 		depth := 64 + rng.IntN(512-64)
 		hashes := normalize.HashPrompt(seed, p[:depth*bs], bs, nil, nil)
-		blocks := make([]radix.Block, len(hashes))
+		blocks := make([]kv.Block, len(hashes))
 		for i, h := range hashes {
-			blocks[i] = radix.Block{EngineHash: uint64(i + 1), BlockHash: h}
+			blocks[i] = kv.Block{EngineHash: uint64(i + 1), BlockHash: h}
 		}
-		if err := idx.Store(radix.Worker{ID: id}, 0, false, radix.TierDevice, blocks); err != nil {
+		if err := idx.Store(kv.WorkerRank{ID: id}, 0, false, kv.TierDevice, blocks); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -124,7 +125,7 @@ func BenchmarkRouteWithManyActive(b *testing.B) {
 		}
 	}
 	p := &Prompt{Model: "m", Tokens: make([]uint32, 4*bs)}
-	rk := r.ranks[radix.Worker{ID: "w0"}]
+	rk := r.ranks[kv.WorkerRank{ID: "w0"}]
 	for i := range 200_000 {
 		if err := r.load.add(fmt.Sprint("old", i), rk, 4, 4*bs, 4, clock().Add(r.cfg.RequestTTL)); err != nil {
 			b.Fatal(err)

@@ -3,5 +3,5 @@
 // TTL-bounded overlay of the router's own recent decisions), and combines
 // overlap with per-worker active load into a cost.
 //
-// It imports internal/radix and internal/normalize.
+// It imports internal/radix, internal/normalize and internal/kv.
 package scoring

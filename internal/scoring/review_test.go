@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -17,7 +18,7 @@ func TestRouteMaxCandidatesOneKeepsChosen(t *testing.T) {
 	toks := tokens(1, 8*bs)
 	for i := range 4 {
 		f.addWorker(fmt.Sprint("w", i), "m", 1)
-		f.store(fmt.Sprint("w", i), 0, toks, 2*i, radix.TierDevice)
+		f.store(fmt.Sprint("w", i), 0, toks, 2*i, kv.TierDevice)
 	}
 	notCheapest := 0
 	for range 200 {
@@ -40,7 +41,7 @@ func TestRouteMaxCandidatesOneKeepsChosen(t *testing.T) {
 // Predicted blocks count as device blocks: their credit is the device tier's
 // weight, not a fixed 1.0.
 func TestPredictedCreditUsesDeviceWeight(t *testing.T) {
-	w := [radix.NumTiers]float64{0.5, 0.25, 0.1, 0}
+	w := [kv.NumTiers]float64{0.5, 0.25, 0.1, 0}
 	f := newFixture(t, func(c *Config) { c.TierWeights = &w })
 	f.addWorker("a", "m", 1)
 	toks := tokens(1, 8*bs)
@@ -61,10 +62,10 @@ func TestPredictedCreditUsesDeviceWeight(t *testing.T) {
 func TestPredictionForRemovedRankIsDropped(t *testing.T) {
 	f := newFixture(t, nil)
 	f.addWorker("a", "m", 1)
-	old := f.r.ranks[radix.Worker{ID: "a"}]
+	old := f.r.ranks[kv.WorkerRank{ID: "a"}]
 	f.r.RemoveWorker("a")
 	f.addWorker("b", "m", 1)
-	if nb := f.r.ranks[radix.Worker{ID: "b"}]; nb.slot != old.slot {
+	if nb := f.r.ranks[kv.WorkerRank{ID: "b"}]; nb.slot != old.slot {
 		t.Fatalf("b got overlay slot %d, not a's freed slot %d; the test needs the reuse", nb.slot, old.slot)
 	}
 	toks := tokens(1, 4*bs)
@@ -261,13 +262,13 @@ func TestConfirmedPredictionEndsBeforeItsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The engine stores the first 6 blocks (confirming 6 of 8 predictions)...
-	f.store(d.WorkerID, 0, toks, 6, radix.TierDevice)
+	f.store(d.WorkerID, 0, toks, 6, kv.TierDevice)
 	res, _ := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 	if s := scoreOf(t, res, d.WorkerID, 0); s.Matched != 8 || s.Predicted != 2 {
 		t.Fatalf("after the store: %+v; want 8 matched, 2 of them predicted", s)
 	}
 	// ...then evicts blocks 3..5 (engine hashes 4..6).
-	if err := f.index.Remove(radix.Worker{ID: d.WorkerID}, []uint64{4, 5, 6}, radix.TierDevice); err != nil {
+	if err := f.index.Remove(kv.WorkerRank{ID: d.WorkerID}, []uint64{4, 5, 6}, kv.TierDevice); err != nil {
 		t.Fatal(err)
 	}
 	res, _ = f.r.Score(&Prompt{Model: "m", Tokens: toks})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -37,7 +38,7 @@ type Config struct {
 	PrefillWeight float64
 	// TierWeights is the overlap credit of a matched block by its best tier
 	// (device 1.0, host 0.75, disk 0.25, external 0). Set DefaultTierWeights to keep them.
-	TierWeights *[radix.NumTiers]float64
+	TierWeights *[kv.NumTiers]float64
 	// MaxActivePrefillTokens excludes a candidate whose active prefill tokens
 	// reach it (0: off).
 	MaxActivePrefillTokens int64
@@ -67,7 +68,7 @@ type Config struct {
 }
 
 // DefaultTierWeights is the overlap credit per tier: device, host, disk, external.
-var DefaultTierWeights = [radix.NumTiers]float64{1.0, 0.75, 0.25, 0.0}
+var DefaultTierWeights = [kv.NumTiers]float64{1.0, 0.75, 0.25, 0.0}
 
 // Worker is a registered worker as scoring sees it.
 type Worker struct {
@@ -104,7 +105,7 @@ type WorkerScore struct {
 	DPRank    uint32
 	Endpoint  string
 	Matched   uint32
-	ByTier    [radix.NumTiers]uint32
+	ByTier    [kv.NumTiers]uint32
 	Predicted uint32
 	Cached    uint64
 }
@@ -142,12 +143,12 @@ type Decision struct {
 // chooses workers under load. It is safe for concurrent use.
 type Router struct {
 	cfg     Config
-	weights [radix.NumTiers]float64
+	weights [kv.NumTiers]float64
 
 	mu      sync.RWMutex
 	workers map[string]*worker
 	models  map[string][]*rank // model -> ranks, in registration order
-	ranks   map[radix.Worker]*rank
+	ranks   map[kv.WorkerRank]*rank
 
 	overlay *overlay
 	load    *loadTable
@@ -168,7 +169,7 @@ type worker struct {
 }
 
 type rank struct {
-	key         radix.Worker
+	key         kv.WorkerRank
 	worker      *worker
 	slot        int32 // overlay slot
 	idx         int   // position in its model's rank list; guarded by Router.mu
@@ -237,7 +238,7 @@ func New(cfg Config) (*Router, error) {
 		weights: w,
 		workers: make(map[string]*worker),
 		models:  make(map[string][]*rank),
-		ranks:   make(map[radix.Worker]*rank),
+		ranks:   make(map[kv.WorkerRank]*rank),
 		overlay: newOverlay(),
 		load:    newLoadTable(),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -272,7 +273,7 @@ func (r *Router) AddWorker(w Worker) error {
 			capacity, ttl = r.cfg.ApproxCapacity, r.cfg.ApproxTTL
 		}
 		rk := &rank{
-			key:         radix.Worker{ID: w.ID, DPRank: uint32(i)},
+			key:         kv.WorkerRank{ID: w.ID, DPRank: uint32(i)},
 			worker:      wk,
 			approximate: w.Approximate,
 		}
@@ -329,7 +330,7 @@ type scratch struct {
 	matches []radix.Score
 	depth   []uint32 // per model rank: union depth
 	radixM  []uint32 // per model rank: radix matched
-	byTier  [][radix.NumTiers]uint32
+	byTier  [][kv.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
 	prefill []float64
@@ -509,7 +510,7 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 			Predicted: s.depth[j] - s.radixM[j],
 			Cached:    s.cached[j],
 		}
-		ws.ByTier[radix.TierDevice] += ws.Predicted
+		ws.ByTier[kv.TierDevice] += ws.Predicted
 		res.Scores[j] = ws
 	}
 	r.mu.RUnlock()
@@ -554,7 +555,7 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 		for t, n := range s.byTier[j] {
 			credit += r.weights[t] * float64(n)
 		}
-		credit += r.weights[radix.TierDevice] * float64(s.depth[j]-s.radixM[j]) // predicted blocks count as device blocks
+		credit += r.weights[kv.TierDevice] * float64(s.depth[j]-s.radixM[j]) // predicted blocks count as device blocks
 		prefill := promptBlocks - credit + float64(rk.prefillBlocks)
 		decode := float64(rk.decodeBlocks)
 		s.cands = append(s.cands, j)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
@@ -60,15 +61,15 @@ func tokens(base uint32, n int) []uint32 {
 }
 
 // store tells the index that worker/rank holds the first nBlocks blocks of toks on tier.
-func (f *fixture) store(id string, rank uint32, toks []uint32, nBlocks int, tier radix.Tier) {
+func (f *fixture) store(id string, rank uint32, toks []uint32, nBlocks int, tier kv.Tier) {
 	f.t.Helper()
 	hashes := normalize.HashPrompt(normalize.Seed("", ""), toks, bs, nil, nil)
-	blocks := make([]radix.Block, nBlocks)
+	blocks := make([]kv.Block, nBlocks)
 	for i := range blocks {
 		// Engine hashes are opaque and per worker: derive them from the position.
-		blocks[i] = radix.Block{EngineHash: uint64(i + 1), BlockHash: hashes[i]}
+		blocks[i] = kv.Block{EngineHash: uint64(i + 1), BlockHash: hashes[i]}
 	}
-	if err := f.index.Store(radix.Worker{ID: id, DPRank: rank}, 0, false, tier, blocks); err != nil {
+	if err := f.index.Store(kv.WorkerRank{ID: id, DPRank: rank}, 0, false, tier, blocks); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -90,10 +91,10 @@ func TestScoreOverlapPerWorkerAndModel(t *testing.T) {
 	f.addWorker("b", "m", 2)
 	f.addWorker("other", "m2", 1)
 	toks := tokens(100, 10*bs+7) // 10 full blocks and a partial tail
-	f.store("a", 0, toks, 4, radix.TierDevice)
-	f.store("b", 1, toks, 10, radix.TierHost)
-	f.store("other", 0, toks, 10, radix.TierDevice)
-	f.store("b", 0, tokens(90000, 3*bs), 3, radix.TierDevice) // blocks of another prompt
+	f.store("a", 0, toks, 4, kv.TierDevice)
+	f.store("b", 1, toks, 10, kv.TierHost)
+	f.store("other", 0, toks, 10, kv.TierDevice)
+	f.store("b", 0, tokens(90000, 3*bs), 3, kv.TierDevice) // blocks of another prompt
 
 	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 	if err != nil {
@@ -105,10 +106,10 @@ func TestScoreOverlapPerWorkerAndModel(t *testing.T) {
 	if len(res.Scores) != 3 {
 		t.Fatalf("got %d scores, want the 3 ranks of model m: %+v", len(res.Scores), res.Scores)
 	}
-	if s := res.Scores[0]; s.WorkerID != "b" || s.DPRank != 1 || s.Matched != 10 || s.ByTier[radix.TierHost] != 10 || s.ByTier[radix.TierDevice] != 0 {
+	if s := res.Scores[0]; s.WorkerID != "b" || s.DPRank != 1 || s.Matched != 10 || s.ByTier[kv.TierHost] != 10 || s.ByTier[kv.TierDevice] != 0 {
 		t.Errorf("first score = %+v; want b/1 with 10 host blocks", s)
 	}
-	if s := scoreOf(t, res, "a", 0); s.Matched != 4 || s.ByTier[radix.TierDevice] != 4 || s.Cached != 4 {
+	if s := scoreOf(t, res, "a", 0); s.Matched != 4 || s.ByTier[kv.TierDevice] != 4 || s.Cached != 4 {
 		t.Errorf("a/0 = %+v; want 4 matched on device, 4 cached", s)
 	}
 	if s := scoreOf(t, res, "b", 0); s.Matched != 0 || s.Cached != 3 {
@@ -142,7 +143,7 @@ func TestDefaultPrefillWeight(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.DisablePrediction = true; c.PrefillWeight = 0 })
 	f.addWorker("a", "m", 1)
 	toks := tokens(7, 8*bs)
-	f.store("a", 0, toks, 3, radix.TierDevice)
+	f.store("a", 0, toks, 3, kv.TierDevice)
 	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -157,8 +158,8 @@ func TestRouteCostTerms(t *testing.T) {
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	toks := tokens(7, 8*bs)
-	f.store("a", 0, toks, 4, radix.TierHost)   // credit 4*0.75 = 3
-	f.store("b", 0, toks, 2, radix.TierDevice) // credit 2
+	f.store("a", 0, toks, 4, kv.TierHost)   // credit 4*0.75 = 3
+	f.store("b", 0, toks, 2, kv.TierDevice) // credit 2
 	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestRouteLoadAccountingAndTTL(t *testing.T) {
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	toks := tokens(1, 10*bs)
-	f.store("a", 0, toks, 6, radix.TierDevice)
+	f.store("a", 0, toks, 6, kv.TierDevice)
 
 	// a: cost 4; b: cost 10. r1 goes to a and adds its 4 uncached blocks as prefill.
 	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
@@ -265,7 +266,7 @@ func TestRouteTemperature(t *testing.T) {
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	toks := tokens(1, 8*bs)
-	f.store("a", 0, toks, 8, radix.TierDevice)
+	f.store("a", 0, toks, 8, kv.TierDevice)
 	counts := map[string]int{}
 	for range 2000 {
 		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 1.0, 0)
@@ -288,7 +289,7 @@ func TestRouteTemperature(t *testing.T) {
 	}
 	// Ties are broken at random.
 	f.addWorker("c", "m", 1)
-	f.store("c", 0, toks, 8, radix.TierDevice)
+	f.store("c", 0, toks, 8, kv.TierDevice)
 	counts = map[string]int{}
 	for range 200 {
 		d, _ := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
@@ -332,7 +333,7 @@ func TestPredictionGroupsBurst(t *testing.T) {
 			}
 			if predict {
 				res, _ := f.r.Score(&Prompt{Model: "m", Tokens: toks})
-				if s := res.Scores[0]; s.WorkerID != first.WorkerID || s.Predicted != 32 || s.ByTier[radix.TierDevice] != 32 || s.Cached != 0 {
+				if s := res.Scores[0]; s.WorkerID != first.WorkerID || s.Predicted != 32 || s.ByTier[kv.TierDevice] != 32 || s.Cached != 0 {
 					t.Fatalf("score after prediction = %+v", s)
 				}
 				f.clock.advance(2 * time.Minute)
@@ -414,7 +415,7 @@ func TestMultimodalItemsChangeHashes(t *testing.T) {
 	f := newFixture(t, nil)
 	f.addWorker("a", "m", 1)
 	toks := tokens(1, 4*bs)
-	f.store("a", 0, toks, 4, radix.TierDevice)
+	f.store("a", 0, toks, 4, kv.TierDevice)
 	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks, MM: []MMItem{{Hash: "image-1", Offset: 2 * bs, Length: 8}}})
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +448,7 @@ func TestRouteMaxCandidates(t *testing.T) {
 	toks := tokens(1, 8*bs)
 	for i := range 6 {
 		f.addWorker(fmt.Sprint("w", i), "m", 1)
-		f.store(fmt.Sprint("w", i), 0, toks, i, radix.TierDevice) // w5 holds the most
+		f.store(fmt.Sprint("w", i), 0, toks, i, kv.TierDevice) // w5 holds the most
 	}
 	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 3)
 	if err != nil {
@@ -462,7 +463,7 @@ func TestSlotCacheFollowsReRegistration(t *testing.T) {
 	f := newFixture(t, nil)
 	f.addWorker("a", "m", 1)
 	toks := tokens(1, 4*bs)
-	f.store("a", 0, toks, 4, radix.TierDevice)
+	f.store("a", 0, toks, 4, kv.TierDevice)
 	for range 2 { // the first Score learns a's slot, the second uses it
 		res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 		if err != nil || res.Scores[0].Matched != 4 {
@@ -487,7 +488,7 @@ func TestPredictionMaxBlocks(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.PredictionMaxBlocks = 5; c.PredictionTTL = time.Minute })
 	f.addWorker("a", "m", 1)
 	toks := tokens(1, 20*bs)
-	f.store("a", 0, toks, 3, radix.TierDevice)
+	f.store("a", 0, toks, 3, kv.TierDevice)
 	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0); err != nil {
 		t.Fatal(err)
 	}

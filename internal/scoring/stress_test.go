@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -174,11 +175,11 @@ func TestConcurrentStress(t *testing.T) {
 	}
 	for i := range 4 {
 		hs := hashesOf(prompts[i])
-		blocks := make([]radix.Block, len(hs)/2)
+		blocks := make([]kv.Block, len(hs)/2)
 		for j := range blocks {
-			blocks[j] = radix.Block{EngineHash: uint64(j + 1), BlockHash: hs[j]}
+			blocks[j] = kv.Block{EngineHash: uint64(j + 1), BlockHash: hs[j]}
 		}
-		if err := idx.Store(radix.Worker{ID: fmt.Sprint("s", i)}, 0, false, radix.TierDevice, blocks); err != nil {
+		if err := idx.Store(kv.WorkerRank{ID: fmt.Sprint("s", i)}, 0, false, kv.TierDevice, blocks); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 func TestRegistrationErrorsNameTheField(t *testing.T) {
@@ -34,7 +35,7 @@ func TestRegistrationErrorsNameTheField(t *testing.T) {
 			KvEventsEndpoint: ">tcp://127.0.0.1:1", ReplayEndpoint: "@tcp://127.0.0.1:2"}, "worker.replay_endpoint"},
 		{"bad replay scheme", &kvrouterv1.Worker{WorkerId: "x", Model: "m",
 			KvEventsEndpoint: ">tcp://127.0.0.1:1", ReplayEndpoint: "udp://127.0.0.1:2"}, "worker.replay_endpoint"},
-		{"dp size", &kvrouterv1.Worker{WorkerId: "x", Model: "m", DpSize: MaxDPSize + 1}, "worker.dp_size"},
+		{"dp size", &kvrouterv1.Worker{WorkerId: "x", Model: "m", DpSize: kv.MaxDPSize + 1}, "worker.dp_size"},
 	} {
 		err := reg(tc.w)
 		wantCode(t, err, codes.InvalidArgument, tc.text)

@@ -19,11 +19,9 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
-
-// MaxDPSize bounds a worker's data-parallel size.
-const MaxDPSize = 1024
 
 // Config configures a Server.
 type Config struct {
@@ -283,8 +281,8 @@ func validate(w *kvrouterv1.Worker) error {
 		return bad("worker.worker_id is empty")
 	case strings.TrimSpace(w.Model) == "":
 		return bad("worker.model is empty")
-	case w.DpSize > MaxDPSize:
-		return bad("worker.dp_size %d is over the limit of %d", w.DpSize, MaxDPSize)
+	case w.DpSize > kv.MaxDPSize:
+		return bad("worker.dp_size %d is over the limit of %d", w.DpSize, kv.MaxDPSize)
 	}
 	if w.Endpoint != "" {
 		if err := validateServingEndpoint(w.Endpoint); err != nil {

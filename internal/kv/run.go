@@ -1,0 +1,96 @@
+package kv
+
+import "math/bits"
+
+// RunFault says why a store run is malformed.
+type RunFault uint8
+
+// Run faults.
+const (
+	RunOK RunFault = iota
+	// RunOwnParent: a block of the run carries the run's parent hash.
+	RunOwnParent
+	// RunRepeated: the run names one engine hash twice.
+	RunRepeated
+)
+
+func (f RunFault) String() string {
+	switch f {
+	case RunOwnParent:
+		return "is its own parent"
+	case RunRepeated:
+		return "repeated in run"
+	}
+	return "ok"
+}
+
+// CheckRun reports whether the engine hashes of a store run, key(s[i]) for
+// each i, are distinct and exclude the parent, and if not, the hash at fault.
+// It allocates nothing for runs up to 512 blocks.
+func CheckRun[E any](s []E, key func(E) uint64, parent uint64, hasParent bool) (uint64, RunFault) {
+	if hasParent {
+		for _, e := range s {
+			if key(e) == parent {
+				return parent, RunOwnParent
+			}
+		}
+	}
+	if len(s) <= 32 {
+		for i := 1; i < len(s); i++ {
+			h := key(s[i])
+			for j := 0; j < i; j++ {
+				if key(s[j]) == h {
+					return h, RunRepeated
+				}
+			}
+		}
+		return 0, RunOK
+	}
+	return repeated(s, key)
+}
+
+// repeated finds a repeated hash with an open-addressing set on the stack (on
+// the heap for runs over 512 blocks).
+func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
+	var stack [1024]uint64
+	size := 1 << bits.Len(uint(2*len(s)-1)) // >= 2 len(s)
+	var t []uint64
+	if size <= len(stack) {
+		t = stack[:size]
+	} else {
+		t = make([]uint64, size)
+	}
+	mask := uint64(size - 1)
+	zero := false
+	for _, e := range s {
+		h := key(e)
+		if h == 0 { // 0 marks a free slot
+			if zero {
+				return 0, RunRepeated
+			}
+			zero = true
+			continue
+		}
+		for i := mix(h) & mask; ; i = (i + 1) & mask {
+			if t[i] == h {
+				return h, RunRepeated
+			}
+			if t[i] == 0 {
+				t[i] = h
+				break
+			}
+		}
+	}
+	return 0, RunOK
+}
+
+// mix is a 64-bit finalizer (MurmurHash3's fmix64): a bijection that keeps 0
+// at 0 and spreads every input bit over the output.
+func mix(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
+}
