@@ -60,8 +60,6 @@ type Worker struct {
 	Topic string
 	// DPSize is the number of data-parallel ranks (0 means 1).
 	DPSize int
-	// BlockSize is the engine's block size (0: learned from events).
-	BlockSize int
 }
 
 // RankStatus is one worker/rank's subscription state.

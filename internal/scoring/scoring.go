@@ -247,9 +247,6 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// BlockSize returns the router block size.
-func (r *Router) BlockSize() int { return r.cfg.BlockSize }
-
 // AddWorker makes w a candidate for its model.
 func (r *Router) AddWorker(w Worker) error {
 	if w.ID == "" {

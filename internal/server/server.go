@@ -235,7 +235,7 @@ func (s *Server) Register(w *kvrouterv1.Worker) error {
 	if w.KvEventsEndpoint != "" {
 		err := s.ingest.Add(ingest.Worker{
 			ID: w.WorkerId, Model: w.Model, KVEndpoint: w.KvEventsEndpoint,
-			ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic, DPSize: dp, BlockSize: int(w.BlockSize),
+			ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic, DPSize: dp,
 		})
 		if err != nil {
 			return status.Errorf(codes.InvalidArgument, "worker.kv_events_endpoint: %v", err)
