@@ -1,6 +1,7 @@
 // Package trace reads Mooncake-format request traces and turns them into
-// engine traffic: each 512-token block id expands into 512 deterministic
-// tokens, so equal ids give equal tokens at any block size dividing 512.
+// engine traffic: each block id expands into as many deterministic tokens as
+// it stands for (512 in Mooncake's traces, any positive count with
+// ParseBlocks), so equal ids give equal tokens at any engine block size.
 package trace
 
 import (
@@ -15,7 +16,8 @@ import (
 	"github.com/kvrouter/kvrouter/bench/engine"
 )
 
-// IDTokens is the number of prompt tokens one trace block id stands for.
+// IDTokens is the number of prompt tokens one block id of a Mooncake trace
+// stands for, the default of Load and Parse.
 const IDTokens = 512
 
 // Vocab bounds the token ids produced by expansion.
@@ -28,6 +30,17 @@ type Request struct {
 	InputLength  int
 	OutputLength int
 	HashIDs      []uint64
+	// BlockTokens is the number of prompt tokens one hash id stands for;
+	// 0 means IDTokens (512).
+	BlockTokens int
+}
+
+// IDBlockTokens is the number of prompt tokens one of r's hash ids stands for.
+func (r Request) IDBlockTokens() int {
+	if r.BlockTokens > 0 {
+		return r.BlockTokens
+	}
+	return IDTokens
 }
 
 type line struct {
@@ -37,14 +50,20 @@ type line struct {
 	HashIDs      *[]uint64 `json:"hash_ids"`
 }
 
-// Load reads at most limit requests (0: all) from a JSONL file.
+// Load reads at most limit requests (0: all) from a JSONL file whose ids
+// stand for 512-token blocks.
 func Load(path string, limit int) ([]Request, error) {
+	return LoadBlocks(path, limit, IDTokens)
+}
+
+// LoadBlocks is Load for a trace whose ids stand for blockTokens tokens.
+func LoadBlocks(path string, limit, blockTokens int) ([]Request, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load trace: %w", err)
 	}
 	defer f.Close()
-	reqs, err := Parse(f, limit)
+	reqs, err := ParseBlocks(f, limit, blockTokens)
 	if err != nil {
 		return nil, fmt.Errorf("load trace %s: %w", path, err)
 	}
@@ -53,8 +72,18 @@ func Load(path string, limit int) ([]Request, error) {
 
 // Parse reads at most limit requests (0: all) from JSONL. Blank lines are
 // skipped; any other malformed line is an error naming the line. Requests are
-// returned in arrival order (stable for equal timestamps).
+// returned in arrival order (stable for equal timestamps). Each id stands for
+// a 512-token block.
 func Parse(r io.Reader, limit int) ([]Request, error) {
+	return ParseBlocks(r, limit, IDTokens)
+}
+
+// ParseBlocks is Parse for a trace whose ids stand for blockTokens tokens:
+// a line must carry ceil(input_length / blockTokens) hash ids.
+func ParseBlocks(r io.Reader, limit, blockTokens int) ([]Request, error) {
+	if blockTokens <= 0 {
+		return nil, fmt.Errorf("block tokens %d: want a positive count", blockTokens)
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	var out []Request
@@ -76,15 +105,16 @@ func Parse(r io.Reader, limit int) ([]Request, error) {
 			return nil, fmt.Errorf("line %d: input_length %d is not positive", n, *l.InputLength)
 		case *l.OutputLength < 0:
 			return nil, fmt.Errorf("line %d: negative output_length %d", n, *l.OutputLength)
-		case len(*l.HashIDs) != (*l.InputLength+IDTokens-1)/IDTokens:
-			return nil, fmt.Errorf("line %d: %d hash_ids for input_length %d, want %d",
-				n, len(*l.HashIDs), *l.InputLength, (*l.InputLength+IDTokens-1)/IDTokens)
+		case len(*l.HashIDs) != (*l.InputLength+blockTokens-1)/blockTokens:
+			return nil, fmt.Errorf("line %d: %d hash_ids for input_length %d, want %d (%d-token blocks)",
+				n, len(*l.HashIDs), *l.InputLength, (*l.InputLength+blockTokens-1)/blockTokens, blockTokens)
 		}
 		out = append(out, Request{
 			Arrival:      time.Duration(*l.Timestamp * float64(time.Millisecond)),
 			InputLength:  *l.InputLength,
 			OutputLength: *l.OutputLength,
 			HashIDs:      *l.HashIDs,
+			BlockTokens:  blockTokens,
 		})
 		if limit > 0 && len(out) >= limit {
 			break
@@ -107,19 +137,29 @@ func splitmix64(x uint64) uint64 {
 
 // IDToken is token i (0 <= i < IDTokens) of block id.
 func IDToken(id uint64, i int) uint32 {
-	return uint32(splitmix64(id*IDTokens+uint64(i)) % Vocab)
+	return idToken(id, i, IDTokens)
 }
 
-// Tokens appends the request's prompt tokens to dst: IDTokens tokens per
-// hash id, the last id cut to InputLength - 512*(len(HashIDs)-1).
+// idToken is token i of block id where ids stand for blockTokens tokens. Ids
+// are spaced max(blockTokens, 512) apart in splitmix64's input, so ids of
+// 512 tokens or fewer expand to a prefix of what IDToken gives and distinct
+// ids never share an input.
+func idToken(id uint64, i, blockTokens int) uint32 {
+	stride := uint64(max(blockTokens, IDTokens))
+	return uint32(splitmix64(id*stride+uint64(i)) % Vocab)
+}
+
+// Tokens appends the request's prompt tokens to dst: IDBlockTokens tokens
+// per hash id, the last id cut to InputLength - IDBlockTokens*(len(HashIDs)-1).
 func (r Request) Tokens(dst []uint32) []uint32 {
+	b := r.IDBlockTokens()
 	for k, id := range r.HashIDs {
-		n := IDTokens
+		n := b
 		if k == len(r.HashIDs)-1 {
-			n = r.InputLength - IDTokens*(len(r.HashIDs)-1)
+			n = r.InputLength - b*(len(r.HashIDs)-1)
 		}
 		for i := 0; i < n; i++ {
-			dst = append(dst, IDToken(id, i))
+			dst = append(dst, idToken(id, i, b))
 		}
 	}
 	return dst
@@ -168,7 +208,7 @@ func PooledCeiling(reqs []Request, blockSize, capacity int) Ceiling {
 }
 
 // IDHitRate is the fraction of hash id references that are prefix hits with
-// one unlimited cache at the trace's own 512-token granularity.
+// one unlimited cache at the trace's own granularity (one id, one block).
 func IDHitRate(reqs []Request) float64 {
 	seen := make(map[uint64]struct{})
 	var refs, hits int

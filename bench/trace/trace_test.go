@@ -148,3 +148,58 @@ func TestConversationTrace(t *testing.T) {
 		t.Fatalf("token-level ceiling %+v, id-level %d/%d", c, hits, full)
 	}
 }
+
+func TestParseBlocks(t *testing.T) {
+	in := `{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}`
+	if _, err := Parse(strings.NewReader(in), 0); err == nil {
+		t.Fatal("3 ids for 40 tokens accepted at 512-token blocks")
+	}
+	reqs, err := ParseBlocks(strings.NewReader(in), 0, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reqs[0]; r.BlockTokens != 16 || r.IDBlockTokens() != 16 || len(r.Tokens(nil)) != 40 {
+		t.Fatalf("%+v, %d tokens", r, len(r.Tokens(nil)))
+	}
+	if _, err := ParseBlocks(strings.NewReader(in), 0, 0); err == nil {
+		t.Fatal("0-token blocks accepted")
+	}
+	big := `{"timestamp": 0, "input_length": 1500, "output_length": 1, "hash_ids": [1, 2]}`
+	if _, err := ParseBlocks(strings.NewReader(big), 0, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseBlocks(strings.NewReader(big), 0, 512); err == nil || !strings.Contains(err.Error(), "want 3 (512-token blocks)") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestTokensOtherBlockSizes(t *testing.T) {
+	// Ids of 512 tokens or fewer expand to a prefix of the 512-token expansion.
+	small := Request{InputLength: 32, HashIDs: []uint64{7, 8}, BlockTokens: 16}.Tokens(nil)
+	for i := 0; i < 16; i++ {
+		if small[i] != IDToken(7, i) || small[16+i] != IDToken(8, i) {
+			t.Fatalf("16-token id expansion differs from IDToken at %d", i)
+		}
+	}
+	// Ids of more than 512 tokens: consecutive ids must not overlap (with a
+	// 512 stride, id 7's tokens 512.. would be id 8's tokens 0..).
+	a := Request{InputLength: 1024, HashIDs: []uint64{7}, BlockTokens: 1024}.Tokens(nil)
+	b := Request{InputLength: 1024, HashIDs: []uint64{8}, BlockTokens: 1024}.Tokens(nil)
+	if len(a) != 1024 || len(b) != 1024 {
+		t.Fatalf("lengths %d %d", len(a), len(b))
+	}
+	same := 0
+	for i := 0; i < 512; i++ {
+		if a[512+i] == b[i] {
+			same++
+		}
+	}
+	if same > 5 {
+		t.Fatalf("id 7's second half equals id 8's first half at %d of 512 tokens", same)
+	}
+	// The last id is cut to the input length.
+	c := Request{InputLength: 1100, HashIDs: []uint64{7, 9}, BlockTokens: 1024}.Tokens(nil)
+	if len(c) != 1100 || c[1023] != a[1023] {
+		t.Fatalf("cut expansion: %d tokens", len(c))
+	}
+}
