@@ -73,6 +73,8 @@ type frameReader struct {
 	r   io.Reader
 	off int64  // bytes consumed
 	sum uint32 // CRC32C of bytes consumed
+	// sumBefore is sum before the last frame read: the trailer's checksum.
+	sumBefore uint32
 	hdr [frameHeaderLen]byte
 	buf []byte
 }
@@ -123,6 +125,7 @@ func (fr *frameReader) header(magic string, maxVersion uint32) (uint32, error) {
 // frames); the payload is valid until the next call.
 func (fr *frameReader) next() (typ byte, payload []byte, err error) {
 	start := fr.off
+	fr.sumBefore = fr.sum
 	if err := fr.readFull(fr.hdr[:], "a frame header"); err != nil {
 		return 0, nil, err
 	}
