@@ -26,6 +26,43 @@ type request struct {
 	prev, next    *request
 }
 
+// Load is one worker/rank's active load.
+type Load struct {
+	WorkerID string
+	DPRank   uint32
+	Active   int64
+
+	// The load's terms in the cost, for the package's tests.
+	prefillBlocks int64
+	prefillTokens int64
+	decodeBlocks  int64
+}
+
+// Loads reports the active load of every registered worker/rank.
+func (r *Router) Loads() []Load {
+	r.load.expire(r.cfg.now())
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	out := make([]Load, 0, len(r.ranks))
+	for _, rk := range r.ranks {
+		out = append(out, Load{WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Active: rk.active,
+			prefillBlocks: rk.prefillBlocks, prefillTokens: rk.prefillTokens, decodeBlocks: rk.decodeBlocks})
+	}
+	return out
+}
+
+// MarkPrefillDone moves a request's load from prefill to decode.
+func (r *Router) MarkPrefillDone(requestID string) error {
+	return r.load.prefillDone(requestID)
+}
+
+// MarkFinished ends a request's load.
+func (r *Router) MarkFinished(requestID string) error {
+	return r.load.finish(requestID)
+}
+
 func newLoadTable() *loadTable {
 	return &loadTable{requests: make(map[string]*request)}
 }

@@ -1,0 +1,84 @@
+package scoring
+
+// Decision answers Route.
+type Decision struct {
+	WorkerID     string
+	DPRank       uint32
+	Endpoint     string
+	Matched      uint32
+	PromptBlocks uint32
+	Cost         float64
+	// Candidates has the candidates' cost terms, the chosen one first when
+	// Route was given a limit.
+	Candidates []Candidate
+}
+
+// Candidate is one candidate's cost terms.
+type Candidate struct {
+	WorkerID      string
+	DPRank        uint32
+	Matched       uint32
+	PrefillBlocks float64
+	DecodeBlocks  float64
+	Cost          float64
+}
+
+// newDecision describes candidate pick of s (an index into s.cands) as the
+// choice, with every candidate or, for maxCandidates > 0, that many cheapest
+// with the chosen one among them.
+func newDecision(ranks []*rank, s *scratch, pick, maxCandidates int) *Decision {
+	chosen := ranks[s.cands[pick]]
+	dec := &Decision{
+		WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank, Endpoint: chosen.worker.Endpoint,
+		Matched: s.depth[s.cands[pick]], PromptBlocks: uint32(len(s.hashes)), Cost: s.costs[pick],
+	}
+	if maxCandidates <= 0 || maxCandidates >= len(s.cands) {
+		dec.Candidates = make([]Candidate, len(s.cands))
+		for i := range s.cands {
+			dec.Candidates[i] = s.candidate(ranks, i)
+		}
+		return dec
+	}
+	s.top = cheapest(s.costs, pick, maxCandidates, s.top[:0])
+	dec.Candidates = make([]Candidate, len(s.top))
+	for i, c := range s.top {
+		dec.Candidates[i] = s.candidate(ranks, c)
+	}
+	return dec
+}
+
+// candidate returns the cost terms of candidate i of s.
+func (s *scratch) candidate(ranks []*rank, i int) Candidate {
+	rk := ranks[s.cands[i]]
+	return Candidate{
+		WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Matched: s.depth[s.cands[i]],
+		PrefillBlocks: s.prefill[i], DecodeBlocks: s.decode[i], Cost: s.costs[i],
+	}
+}
+
+// cheapest appends to out the indices of the n cheapest costs: pick first,
+// then the others by ascending cost. It keeps a sorted window of n, which is
+// cheap for the small n a gateway asks for.
+func cheapest(costs []float64, pick, n int, out []int) []int {
+	out = append(out, pick)
+	if n <= 1 {
+		return out
+	}
+	for i, c := range costs {
+		if i == pick {
+			continue
+		}
+		if len(out) == n && c >= costs[out[n-1]] {
+			continue
+		}
+		if len(out) < n {
+			out = append(out, i)
+		} else {
+			out[n-1] = i
+		}
+		for k := len(out) - 1; k > 1 && costs[out[k]] < costs[out[k-1]]; k-- {
+			out[k], out[k-1] = out[k-1], out[k]
+		}
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package scoring
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
+
+// Worker is a registered worker as scoring sees it.
+type Worker struct {
+	ID       string
+	Model    string
+	Endpoint string
+	// DPSize is the number of data-parallel ranks (0 means 1).
+	DPSize int
+	// Approximate marks a worker without KV events: it is routed from the
+	// router's own predictions alone.
+	Approximate bool
+}
+
+type worker struct {
+	Worker
+	ranks []*rank
+}
+
+// rank is one data-parallel rank of a worker: the unit that is scored,
+// chosen, loaded and predicted.
+type rank struct {
+	key         kv.WorkerRank
+	worker      *worker
+	slot        int32 // overlay slot
+	idx         int   // position in its model's rank list; guarded by Router.mu
+	approximate bool
+
+	// Guarded by loadTable.mu.
+	prefillBlocks int64
+	prefillTokens int64
+	decodeBlocks  int64
+	active        int64
+}
+
+// AddWorker makes w a candidate for its model.
+func (r *Router) AddWorker(w Worker) error {
+	if w.ID == "" {
+		return fmt.Errorf("%w: worker_id is empty", ErrInvalidArgument)
+	}
+	if w.Model == "" {
+		return fmt.Errorf("%w: model is empty", ErrInvalidArgument)
+	}
+	if w.DPSize <= 0 {
+		w.DPSize = 1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.workers[w.ID]; ok {
+		return fmt.Errorf("%w: worker_id %q is already registered", ErrAlreadyExists, w.ID)
+	}
+	wk := &worker{Worker: w}
+	for i := 0; i < w.DPSize; i++ {
+		capacity, ttl := r.cfg.PredictionCapacity, r.cfg.PredictionTTL
+		if w.Approximate {
+			capacity, ttl = r.cfg.ApproxCapacity, r.cfg.approxTTL
+		}
+		rk := &rank{
+			key:         kv.WorkerRank{ID: w.ID, DPRank: uint32(i)},
+			worker:      wk,
+			approximate: w.Approximate,
+		}
+		r.overlay.addRank(rk, capacity, ttl)
+		wk.ranks = append(wk.ranks, rk)
+		r.ranks[rk.key] = rk
+		rk.idx = len(r.models[w.Model])
+		// Copy on write: readers may hold the old slice.
+		r.models[w.Model] = append(slices.Clip(r.models[w.Model]), rk)
+	}
+	r.workers[w.ID] = wk
+	return nil
+}
+
+// RemoveWorker drops a worker, its predictions and its active requests.
+func (r *Router) RemoveWorker(id string) {
+	r.mu.Lock()
+	wk, ok := r.workers[id]
+	if !ok {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.workers, id)
+	ms := r.models[wk.Model]
+	ms = slices.DeleteFunc(slices.Clone(ms), func(rk *rank) bool { return rk.worker == wk })
+	if len(ms) == 0 {
+		delete(r.models, wk.Model)
+	} else {
+		r.models[wk.Model] = ms
+		for j, rk := range ms {
+			rk.idx = j
+		}
+	}
+	for _, rk := range wk.ranks {
+		delete(r.ranks, rk.key)
+	}
+	for i, rk := range r.bySlot {
+		if rk != nil && rk.worker == wk {
+			r.bySlot[i] = nil
+		}
+	}
+	r.mu.Unlock()
+	for _, rk := range wk.ranks {
+		r.overlay.removeRank(rk.slot)
+	}
+	r.load.dropWorker(wk)
+}
+
+// slotRank is an index slot whose rank evaluate had to look up in the rank
+// table; learnSlots adds it to the slot cache.
+type slotRank struct {
+	slot uint32
+	rank *rank
+}
+
+// learnSlots records slot -> rank pairs that evaluate missed. It takes the
+// write lock, so evaluate's callers call it after releasing their read lock.
+func (r *Router) learnSlots(missed []slotRank) {
+	if len(missed) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range missed {
+		if r.ranks[m.rank.key] != m.rank {
+			continue // removed meanwhile
+		}
+		if int(m.slot) >= len(r.bySlot) {
+			r.bySlot = append(r.bySlot, make([]*rank, int(m.slot)+1-len(r.bySlot))...)
+		}
+		r.bySlot[m.slot] = m.rank
+	}
+}

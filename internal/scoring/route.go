@@ -1,0 +1,84 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Route chooses a worker for p. With requestID set, the request counts as
+// active load on the chosen worker until MarkFinished (or RequestTTL). temperature
+// 0 picks the minimum cost; above 0 samples a softmax over normalized costs.
+// maxCandidates > 0 keeps only that many cheapest candidates in the Decision
+// (the chosen one always among them).
+func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCandidates int) (*Decision, error) {
+	if temperature < 0 || math.IsNaN(temperature) || math.IsInf(temperature, 0) {
+		return nil, fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
+	}
+	now := r.cfg.now()
+	r.load.expire(now)
+	s := r.pool.Get().(*scratch)
+	defer r.pool.Put(s)
+	r.mu.RLock()
+	dec, err := r.routeLocked(p, s, requestID, temperature, maxCandidates, now)
+	r.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	r.learnSlots(s.missed)
+	return dec, nil
+}
+
+// routeLocked is Route's work under r.mu's read lock: evaluate the prompt,
+// cost the candidates, choose one, then record the choice as load and
+// predictions. Recording happens under the read lock too, which keeps chosen
+// registered: a RemoveWorker in between would leave a request on a dead rank
+// and a prediction in an overlay slot that may have a new owner.
+func (r *Router) routeLocked(p *Prompt, s *scratch, requestID string, temperature float64, maxCandidates int, now time.Time) (*Decision, error) {
+	ranks, err := r.evaluate(p, s, false)
+	if err != nil {
+		return nil, err
+	}
+	if !r.costCandidates(ranks, s) {
+		return nil, fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
+	}
+	pick := r.choose(s.costs, temperature)
+	dec := newDecision(ranks, s, pick, maxCandidates)
+	chosen := ranks[s.cands[pick]]
+	if requestID != "" {
+		if err := r.addLoad(p, s, chosen, dec.Matched, requestID, now); err != nil {
+			return nil, err
+		}
+	}
+	r.predictChosen(s, chosen, dec.Matched, now)
+	return dec, nil
+}
+
+// addLoad makes requestID active load on chosen: the prompt's blocks and
+// tokens past the matched prefix as prefill until MarkPrefillDone, then all
+// its blocks as decode until MarkFinished or RequestTTL.
+func (r *Router) addLoad(p *Prompt, s *scratch, chosen *rank, matched uint32, requestID string, now time.Time) error {
+	uncached := uint32(len(s.hashes)) - matched
+	uncachedTokens := int64(len(p.Tokens)) - int64(matched)*int64(r.cfg.BlockSize)
+	if len(p.Tokens) == 0 {
+		uncachedTokens = int64(uncached) * int64(r.cfg.BlockSize)
+	}
+	return r.load.add(requestID, chosen, int64(uncached), uncachedTokens, int64(len(s.hashes)), now.Add(r.cfg.RequestTTL))
+}
+
+// predictChosen records the prompt's blocks in the overlay as held by chosen.
+// Predictions cover at most PredictionMaxBlocks blocks past what the rank's
+// index holds: enough for a burst sharing a new prefix to land together,
+// without a long prompt's tail costing hundreds of overlay updates on every
+// Route.
+func (r *Router) predictChosen(s *scratch, chosen *rank, matched uint32, now time.Time) {
+	uncached := uint32(len(s.hashes)) - matched
+	switch {
+	case chosen.approximate && len(s.chain) > 0:
+		// LRU: the prompt's blocks the rank already holds are refreshed too.
+		r.overlay.predict(chosen, s.chain[:min(len(s.chain), r.cfg.PredictionMaxBlocks)], now)
+	case uncached > 0 && !r.cfg.DisablePrediction && !chosen.approximate:
+		end := min(len(s.chain), int(matched)+r.cfg.PredictionMaxBlocks)
+		r.overlay.predict(chosen, s.chain[matched:end], now)
+	}
+}
