@@ -2,7 +2,6 @@ package normalize
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,15 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 var genCorpus = flag.Bool("gen-corpus", false, "write testdata/fuzz/FuzzDecodeBatch from the golden cases")
 
-// casePayloads returns every payload of the golden cases.
+// casePayloads returns every payload of the golden cases, in file order.
 func casePayloads(tb testing.TB) [][]byte {
 	files, err := filepath.Glob("testdata/cases/*.txt")
 	if err != nil {
@@ -30,29 +29,18 @@ func casePayloads(tb testing.TB) [][]byte {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		_, secs := parseCase(string(data))
-		for _, s := range secs {
-			switch s.name {
-			case "payload":
-				p, err := encodeDesc(s.body)
+		// Every command "passes" (returns its expected output): this only
+		// collects the inputs.
+		datadriven.RunTestFromStringAny(tb, string(data), func(tb testing.TB, td *datadriven.TestData) string {
+			if td.Cmd == "payload" || td.Cmd == "hex" {
+				p, err := casePayload(td)
 				if err != nil {
-					tb.Fatalf("%s: %v", f, err)
-				}
-				out = append(out, p)
-			case "hex":
-				var hx strings.Builder
-				for _, ln := range strings.Split(s.body, "\n") {
-					if !strings.HasPrefix(strings.TrimSpace(ln), "#") {
-						hx.WriteString(strings.Join(strings.Fields(ln), ""))
-					}
-				}
-				p, err := hex.DecodeString(hx.String())
-				if err != nil {
-					tb.Fatalf("%s: %v", f, err)
+					tb.Fatalf("%s: %s: %v", f, td.Pos, err)
 				}
 				out = append(out, p)
 			}
-		}
+			return td.Expected
+		})
 	}
 	return out
 }

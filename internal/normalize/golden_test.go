@@ -1,164 +1,129 @@
 package normalize
 
 import (
-	"bytes"
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var update = flag.Bool("update", false, "rewrite the expect sections of testdata/cases/*.txt")
-
-// Golden cases: testdata/cases/*.txt. A case is a header of directives, then
-// sections separated by lines "== NAME":
+// Golden cases: testdata/cases/*.txt, scripts for
+// github.com/cockroachdb/datadriven (go test -rewrite regenerates the
+// expected output). Each file starts with a comment saying what it shows;
+// every payload goes through the same Normalizer, in order. Commands:
 //
-//	config block_size=16              the Normalizer's Config (once, in the header)
-//	hash NAME lora=L ns=N tokens=A..B[,C..D] [mm=ID,ID]
-//	                                  names a router block hash for the output
-//	== payload                        a msgpack description (see msgdesc_test.go)
-//	== hex                            a payload as hex bytes
-//	== reset                          calls Normalizer.Reset
-//	== expect                         the expected output for the previous payload
-//
-// Every payload is normalized by the same Normalizer, in order.
+//	config block_size=16 [max_namespaced_blocks=N]
+//	                    a new Normalizer with that configuration (the
+//	                    default one when a file has no config)
+//	hashes              names router block hashes for the output, one per
+//	                    input line: NAME [lora=L] [ns=N] tokens=A..B[,C..D] [mm=ID,ID]
+//	payload             normalizes the input, a msgpack description (see
+//	                    msgdesc_test.go), and prints the batch
+//	hex                 the same for a payload given as hex bytes ('#' lines
+//	                    are comments)
+//	reset               calls Normalizer.Reset
 func TestGolden(t *testing.T) {
-	files, err := filepath.Glob("testdata/cases/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no cases: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runCase(t, f) })
-	}
+	datadriven.Walk(t, "testdata/cases", func(t *testing.T, path string) {
+		g := newGolden()
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			return g.run(t, td)
+		})
+	})
 }
 
-type section struct {
-	name string
-	body string
+// golden is the state of one golden script.
+type golden struct {
+	n     *Normalizer
+	b     Batch
+	names map[uint64]string
 }
 
-func parseCase(text string) (header string, secs []section) {
-	lines := strings.SplitAfter(text, "\n")
-	cur := -1
-	var hb strings.Builder
-	for _, ln := range lines {
-		if strings.HasPrefix(ln, "== ") {
-			secs = append(secs, section{name: strings.TrimSpace(ln[3:])})
-			cur = len(secs) - 1
-			continue
-		}
-		if cur < 0 {
-			hb.WriteString(ln)
-		} else {
-			secs[cur].body += ln
-		}
-	}
-	return hb.String(), secs
+func newGolden() *golden {
+	return &golden{n: New(Config{}), names: map[uint64]string{}}
 }
 
-func runCase(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	header, secs := parseCase(string(data))
-	cfg := Config{}
-	names := map[uint64]string{}
-	for _, ln := range strings.Split(header, "\n") {
-		f := strings.Fields(ln)
-		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
-			continue
-		}
-		switch f[0] {
-		case "config":
-			for _, kv := range f[1:] {
-				k, v, _ := strings.Cut(kv, "=")
-				switch k {
-				case "block_size":
-					cfg.BlockSize, _ = strconv.Atoi(v)
-				case "max_namespaced_blocks":
-					cfg.MaxNamespacedBlocks, _ = strconv.Atoi(v)
-				default:
-					t.Fatalf("unknown config %q", k)
-				}
+func (g *golden) run(t *testing.T, td *datadriven.TestData) string {
+	switch td.Cmd {
+	case "config":
+		g.n = g.config(t, td)
+		return ""
+	case "hashes":
+		for _, ln := range strings.Split(td.Input, "\n") {
+			f := strings.Fields(ln)
+			if len(f) == 0 {
+				continue
 			}
-		case "hash":
-			h, err := namedHash(f[2:])
+			h, err := namedHash(f[1:])
 			if err != nil {
-				t.Fatalf("%s: %v", ln, err)
+				td.Fatalf(t, "%s: %v", ln, err)
 			}
-			if old, dup := names[h]; dup {
-				t.Fatalf("hash %s equals hash %s", f[1], old)
+			if old, dup := g.names[h]; dup {
+				td.Fatalf(t, "hash %s equals hash %s", f[0], old)
 			}
-			names[h] = f[1]
+			g.names[h] = f[0]
+		}
+		return ""
+	case "payload", "hex":
+		payload, err := casePayload(td)
+		if err != nil {
+			td.Fatalf(t, "%v", err)
+		}
+		return render(g.n, payload, &g.b, g.names)
+	case "reset":
+		g.n.Reset()
+		return ""
+	}
+	td.Fatalf(t, "unknown command %q", td.Cmd)
+	return ""
+}
+
+func (g *golden) config(t *testing.T, td *datadriven.TestData) *Normalizer {
+	var cfg Config
+	maxNS := 0
+	for _, a := range td.CmdArgs {
+		switch a.Key {
+		case "block_size":
+			a.Scan(t, 0, &cfg.BlockSize)
+		case "max_namespaced_blocks":
+			a.Scan(t, 0, &maxNS)
 		default:
-			t.Fatalf("unknown directive %q", ln)
+			td.Fatalf(t, "unknown config %q", a.Key)
 		}
 	}
 	n := New(cfg)
-	var b Batch
-	var out bytes.Buffer
-	changed := false
-	for i := range secs {
-		s := &secs[i]
-		switch s.name {
-		case "payload", "hex":
-			var payload []byte
-			var err error
-			if s.name == "hex" {
-				var hx strings.Builder
-				for _, ln := range strings.Split(s.body, "\n") {
-					if !strings.HasPrefix(strings.TrimSpace(ln), "#") {
-						hx.WriteString(strings.Join(strings.Fields(ln), ""))
-					}
-				}
-				payload, err = hex.DecodeString(hx.String())
-			} else {
-				payload, err = encodeDesc(s.body)
-			}
-			if err != nil {
-				t.Fatalf("section %d: %v", i, err)
-			}
-			got := render(n, payload, &b, names)
-			if i+1 >= len(secs) || secs[i+1].name != "expect" {
-				t.Fatalf("section %d: payload without expect", i)
-			}
-			exp := &secs[i+1]
-			if strings.TrimSpace(exp.body) != strings.TrimSpace(got) {
-				if *update {
-					exp.body = got
-					changed = true
-				} else {
-					t.Errorf("section %d (%s): got\n%s\nwant\n%s", i, s.name, got, exp.body)
-				}
-			}
-		case "reset":
-			n.Reset()
-		case "expect":
-		default:
-			t.Fatalf("unknown section %q", s.name)
-		}
+	if maxNS > 0 {
+		n.maxNS = maxNS
 	}
-	if changed {
-		out.WriteString(header)
-		for _, s := range secs {
-			fmt.Fprintf(&out, "== %s\n%s", s.name, s.body)
-			if !strings.HasSuffix(s.body, "\n") {
-				out.WriteString("\n")
-			}
-		}
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return n
 }
 
-// namedHash computes a hash directive's BlockHash.
+// casePayload returns the payload of a payload or hex command.
+func casePayload(td *datadriven.TestData) ([]byte, error) {
+	if td.Cmd == "payload" {
+		return encodeDesc(td.Input)
+	}
+	var hx strings.Builder
+	for _, ln := range strings.Split(td.Input, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(ln), "#") {
+			hx.WriteString(strings.Join(strings.Fields(ln), ""))
+		}
+	}
+	return hex.DecodeString(hx.String())
+}
+
+// rewriting reports whether the tests run with datadriven's -rewrite flag,
+// which also regenerates testdata/hash_vectors.json.
+func rewriting() bool {
+	f := flag.Lookup("rewrite")
+	return f != nil && f.Value.String() == "true"
+}
+
+// namedHash computes a hash line's BlockHash.
 func namedHash(args []string) (uint64, error) {
 	var lora, ns string
 	var tokens []uint32
@@ -172,20 +137,11 @@ func namedHash(args []string) (uint64, error) {
 			ns = unq(v)
 		case "tokens":
 			for _, r := range strings.Split(v, ",") {
-				lo, hi, ok := strings.Cut(r, "..")
-				a, err := strconv.ParseUint(lo, 10, 32)
+				toks, err := tokenRange(r)
 				if err != nil {
 					return 0, err
 				}
-				b := a
-				if ok {
-					if b, err = strconv.ParseUint(hi, 10, 32); err != nil {
-						return 0, err
-					}
-				}
-				for x := a; x <= b; x++ {
-					tokens = append(tokens, uint32(x))
-				}
+				tokens = append(tokens, toks...)
 			}
 		case "mm":
 			for _, id := range strings.Split(v, ",") {
@@ -196,6 +152,26 @@ func namedHash(args []string) (uint64, error) {
 		}
 	}
 	return BlockHash(Seed(lora, ns), tokens, mm), nil
+}
+
+// tokenRange parses "A..B" (the tokens A to B) or "A".
+func tokenRange(r string) ([]uint32, error) {
+	lo, hi, ok := strings.Cut(r, "..")
+	a, err := strconv.ParseUint(lo, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	b := a
+	if ok {
+		if b, err = strconv.ParseUint(hi, 10, 32); err != nil {
+			return nil, err
+		}
+	}
+	var out []uint32
+	for x := a; x <= b; x++ {
+		out = append(out, uint32(x))
+	}
+	return out, nil
 }
 
 func unq(s string) string {
@@ -210,63 +186,17 @@ var tierNames = [...]string{"device", "host", "disk", "external"}
 // render normalizes one payload and prints the result readably.
 func render(n *Normalizer, payload []byte, b *Batch, names map[uint64]string) string {
 	var sb strings.Builder
-	err := n.Normalize(payload, b)
-	if err != nil {
+	if err := n.Normalize(payload, b); err != nil {
 		fmt.Fprintf(&sb, "error: %v\n", err)
 		if len(b.Events) != 0 || len(b.Errors) != 0 {
 			fmt.Fprintf(&sb, "BUG: batch not empty after error\n")
 		}
 		return sb.String()
 	}
-	// Names for split sub-block hashes of every engine hash in the payload.
-	syn := map[uint64]string{}
-	var rb RawBatch
-	if DecodeBatch(payload, &rb) == nil {
-		for _, ev := range rb.Events {
-			for _, h := range ev.BlockHashes {
-				for i := 0; i < 8; i++ {
-					syn[splitHash(h, i)] = fmt.Sprintf("split(%d,%d)", h, i)
-				}
-			}
-		}
-	}
-	eng := func(h uint64) string {
-		if s, ok := syn[h]; ok {
-			return s
-		}
-		return strconv.FormatUint(h, 10)
-	}
+	eng := engineNamer(payload)
 	fmt.Fprintf(&sb, "batch ts=%s dp_rank=%d\n", strconv.FormatFloat(b.TS, 'f', -1, 64), b.DPRank)
 	for _, ev := range b.Events {
-		switch ev.Kind {
-		case KindStore:
-			parent := "-"
-			if ev.HasParent {
-				parent = eng(ev.Parent)
-			}
-			fmt.Fprintf(&sb, "store tier=%s parent=%s\n", tierNames[ev.Tier], parent)
-			for _, bl := range ev.Blocks {
-				name, ok := names[bl.BlockHash]
-				if !ok {
-					name = fmt.Sprintf("%#016x", bl.BlockHash)
-				}
-				fmt.Fprintf(&sb, "  block %s %s\n", eng(bl.EngineHash), name)
-			}
-		case KindStoreTier, KindRemove:
-			kind := "store_tier"
-			if ev.Kind == KindRemove {
-				kind = "remove"
-			}
-			var hs []string
-			for _, h := range ev.EngineHashes {
-				hs = append(hs, eng(h))
-			}
-			fmt.Fprintf(&sb, "%s tier=%s hashes=[%s]\n", kind, tierNames[ev.Tier], strings.Join(hs, " "))
-		case KindClear:
-			sb.WriteString("clear\n")
-		default:
-			fmt.Fprintf(&sb, "BUG: kind %d\n", ev.Kind)
-		}
+		renderEvent(&sb, ev, eng, names)
 	}
 	var sk []string
 	for r, c := range b.Skipped {
@@ -289,4 +219,58 @@ func render(n *Normalizer, payload []byte, b *Batch, names map[uint64]string) st
 	}
 	sb.WriteString("\n")
 	return sb.String()
+}
+
+// engineNamer returns a function that prints an engine hash, naming the
+// split sub-block hashes of every engine hash in the payload.
+func engineNamer(payload []byte) func(uint64) string {
+	syn := map[uint64]string{}
+	var rb RawBatch
+	if DecodeBatch(payload, &rb) == nil {
+		for _, ev := range rb.Events {
+			for _, h := range ev.BlockHashes {
+				for i := 0; i < 8; i++ {
+					syn[splitHash(h, i)] = fmt.Sprintf("split(%d,%d)", h, i)
+				}
+			}
+		}
+	}
+	return func(h uint64) string {
+		if s, ok := syn[h]; ok {
+			return s
+		}
+		return strconv.FormatUint(h, 10)
+	}
+}
+
+func renderEvent(sb *strings.Builder, ev Event, eng func(uint64) string, names map[uint64]string) {
+	switch ev.Kind {
+	case KindStore:
+		parent := "-"
+		if ev.HasParent {
+			parent = eng(ev.Parent)
+		}
+		fmt.Fprintf(sb, "store tier=%s parent=%s\n", tierNames[ev.Tier], parent)
+		for _, bl := range ev.Blocks {
+			name, ok := names[bl.BlockHash]
+			if !ok {
+				name = fmt.Sprintf("%#016x", bl.BlockHash)
+			}
+			fmt.Fprintf(sb, "  block %s %s\n", eng(bl.EngineHash), name)
+		}
+	case KindStoreTier, KindRemove:
+		kind := "store_tier"
+		if ev.Kind == KindRemove {
+			kind = "remove"
+		}
+		var hs []string
+		for _, h := range ev.EngineHashes {
+			hs = append(hs, eng(h))
+		}
+		fmt.Fprintf(sb, "%s tier=%s hashes=[%s]\n", kind, tierNames[ev.Tier], strings.Join(hs, " "))
+	case KindClear:
+		sb.WriteString("clear\n")
+	default:
+		fmt.Fprintf(sb, "BUG: kind %d\n", ev.Kind)
+	}
 }

@@ -138,7 +138,7 @@ func TestBlockHashAllocs(t *testing.T) {
 }
 
 // Test vectors for gateways in other languages: testdata/hash_vectors.json,
-// rewritten with -update. Every 64-bit value is a "0x"-prefixed hex string.
+// rewritten with -rewrite. Every 64-bit value is a "0x"-prefixed hex string.
 type hashVectors struct {
 	Comment     string         `json:"comment"`
 	Seeds       []seedVector   `json:"seeds"`
@@ -193,7 +193,7 @@ func parseHx(t *testing.T, s string) uint64 {
 const vectorsPath = "testdata/hash_vectors.json"
 
 func TestHashVectors(t *testing.T) {
-	if *update {
+	if rewriting() {
 		writeHashVectors(t)
 	}
 	data, err := os.ReadFile(vectorsPath)
