@@ -28,9 +28,9 @@ var demoTrace []byte
 
 // loadDemoTrace reads the trace at path, or the embedded slice when there is
 // no file there.
-func loadDemoTrace(path string, limit int, log *slog.Logger) ([]trace.Request, error) {
+func loadDemoTrace(path string, limit, idTokens int, log *slog.Logger) ([]trace.Request, error) {
 	if _, err := os.Stat(path); err == nil {
-		return trace.Load(path, limit)
+		return trace.LoadBlocks(path, limit, idTokens)
 	}
 	log.Info("trace file not found; using the embedded 300-request slice of the Mooncake conversation trace", "path", path)
 	return trace.Parse(bytes.NewReader(demoTrace), limit)
@@ -43,6 +43,7 @@ func runDemo(ctx context.Context, args []string) error {
 	var (
 		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace")
 		slice     = fs.Int("requests", 300, "requests of the trace replayed per pass")
+		idTokens  = traceBlockTokens(fs)
 		engines   = fs.Int("engines", 4, "simulated engines")
 		capacity  = fs.Int("capacity", 4096, "cache capacity per engine, in 16-token blocks")
 		speedUp   = fs.Float64("speed-up", 10, "replay speed-up over trace time")
@@ -59,7 +60,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	reqs, err := loadDemoTrace(findTrace(*tracePath), *slice, log)
+	reqs, err := loadDemoTrace(findTrace(*tracePath), *slice, *idTokens, log)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 
 // TestEmbeddedDemoTrace checks that make run has a trace without ../shared/.
 func TestEmbeddedDemoTrace(t *testing.T) {
-	reqs, err := loadDemoTrace(filepath.Join(t.TempDir(), "missing.jsonl"), 300, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reqs, err := loadDemoTrace(filepath.Join(t.TempDir(), "missing.jsonl"), 300, 512, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

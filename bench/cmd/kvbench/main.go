@@ -5,6 +5,7 @@
 //	kvbench demo [flags]        the router plus four simulated engines, until interrupted
 //	kvbench load [flags]        Route latency at a target rate against a filled index
 //	kvbench ceiling [flags]     pooled-LRU ceilings for a range of capacities (no router)
+//	kvbench gen [flags]         write a synthetic Mooncake-format trace (chat, agent, rag, mix)
 package main
 
 import (
@@ -44,11 +45,13 @@ func main() {
 		err = runLoad(ctx, args)
 	case "ceiling":
 		err = runCeiling(args)
+	case "gen":
+		err = runGen(args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: kvbench [compare|demo|load|ceiling] [flags]; kvbench CMD -h for flags")
+		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen] [flags]; kvbench CMD -h for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, demo, load or ceiling)", cmd)
+		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling or gen)", cmd)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -73,6 +76,13 @@ func findTrace(path string) string {
 	return path
 }
 
+// traceBlockTokens binds --trace-block-tokens, the tokens one hash id of the
+// trace stands for (512 in Mooncake's traces; `kvbench gen --block-tokens`
+// writes others).
+func traceBlockTokens(fs *flag.FlagSet) *int {
+	return fs.Int("trace-block-tokens", trace.IDTokens, "prompt tokens one hash id of the trace stands for")
+}
+
 type timeModel struct {
 	prefill, decode time.Duration
 }
@@ -87,6 +97,7 @@ func runCompare(ctx context.Context, args []string) error {
 	var (
 		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace")
 		limit     = fs.Int("limit", 0, "replay at most this many requests (0: all)")
+		idTokens  = traceBlockTokens(fs)
 		engines   = fs.Int("engines", 16, "simulated engines")
 		capacity  = fs.Int("capacity", 4096, "cache capacity per engine, in 16-token blocks")
 		speedUp   = fs.Float64("speed-up", 30, "replay speed-up over trace time")
@@ -107,7 +118,7 @@ func runCompare(ctx context.Context, args []string) error {
 		return err
 	}
 	path := findTrace(*tracePath)
-	reqs, err := trace.Load(path, *limit)
+	reqs, err := trace.LoadBlocks(path, *limit, *idTokens)
 	if err != nil {
 		return err
 	}
@@ -150,17 +161,18 @@ func runCeiling(args []string) error {
 	var (
 		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace")
 		limit     = fs.Int("limit", 0, "use at most this many requests (0: all)")
+		idTokens  = traceBlockTokens(fs)
 		engines   = fs.Int("engines", 16, "engines whose capacity is pooled")
 		caps      = fs.String("capacities", "2048,4096,8192,16384,32768", "capacities per engine, in 16-token blocks")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	reqs, err := trace.Load(findTrace(*tracePath), *limit)
+	reqs, err := trace.LoadBlocks(findTrace(*tracePath), *limit, *idTokens)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("unlimited cache (512-token ids): %.1f%%\n", 100*trace.IDHitRate(reqs))
+	fmt.Printf("unlimited cache (%d-token ids): %.1f%%\n", *idTokens, 100*trace.IDHitRate(reqs))
 	for _, c := range strings.Split(*caps, ",") {
 		var n int
 		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {
