@@ -9,9 +9,9 @@ import (
 // these with the file's path, the offset and the detail.
 var (
 	// ErrCorrupt: a checksum does not match, or the content is malformed.
-	ErrCorrupt = errors.New("corrupt")
+	ErrCorrupt = errors.New("file is corrupt")
 	// ErrTruncated: the file ends before its end (a cut frame, no trailer).
-	ErrTruncated = errors.New("truncated")
+	ErrTruncated = errors.New("file is truncated")
 	// ErrFutureVersion: the file's format version is newer than this build reads.
 	ErrFutureVersion = errors.New("format version newer than this build reads")
 	// ErrLocked: another router holds the state directory.
@@ -27,13 +27,13 @@ func IsBadFile(err error) bool {
 // Refusal is a file refused on load: its path, why, and where it was moved.
 type Refusal struct {
 	Path    string // the file as it was named when refused
-	Err     error  // why; wraps ErrCorrupt, ErrTruncated or ErrFutureVersion
+	Err     error  // why, naming the file; wraps ErrCorrupt, ErrTruncated or ErrFutureVersion, or an I/O error
 	MovedTo string // where it is kept; "" if it could not be moved (MoveErr says why)
 	MoveErr error
 }
 
 func (r Refusal) Error() string {
-	s := fmt.Sprintf("refused %s: %v", r.Path, r.Err)
+	s := "refused: " + r.Err.Error()
 	if r.MovedTo != "" {
 		s += "; kept as " + r.MovedTo
 	} else if r.MoveErr != nil {

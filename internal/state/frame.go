@@ -75,8 +75,8 @@ type frameReader struct {
 	sum uint32 // CRC32C of bytes consumed
 	// sumBefore is sum before the last frame read: the trailer's checksum.
 	sumBefore uint32
-	hdr [frameHeaderLen]byte
-	buf []byte
+	hdr       [frameHeaderLen]byte
+	buf       []byte
 }
 
 // readFull reads len(p) bytes. A clean end before the first byte is io.EOF;
@@ -134,7 +134,7 @@ func (fr *frameReader) next() (typ byte, payload []byte, err error) {
 		return 0, nil, formatErr(ErrCorrupt, start, "frame length %d over the limit %d", n, maxFrame)
 	}
 	if cap(fr.buf) < int(n) {
-		fr.buf = make([]byte, n, max(int(n), 64<<10))
+		fr.buf = make([]byte, n)
 	}
 	p := fr.buf[:n]
 	if err := fr.readFull(p, "a frame"); err != nil {

@@ -7,6 +7,8 @@ import (
 	"os"
 )
 
-func flock(*os.File) (bool, error) { return false, errors.New("file locks are not supported on this platform") }
+func flock(*os.File) (bool, error) {
+	return false, errors.New("file locks are not supported on this platform")
+}
 
 func funlock(*os.File) error { return nil }
