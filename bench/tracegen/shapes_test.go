@@ -116,7 +116,7 @@ func TestChat(t *testing.T) {
 	}
 	sort.Float64s(gaps)
 	if med := gaps[len(gaps)/2]; med < 10 {
-		t.Errorf("median gap between turns %.1f s, want think time (about 30 s)", med)
+		t.Errorf("median gap between turns %.1f s, want think time (mean 40 s)", med)
 	}
 	// System prompt popularity is Zipf-like: rank 0 most used, rank 7 least.
 	n := make([]int, c.Chat.SystemPrompts)
