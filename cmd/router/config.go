@@ -14,7 +14,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
 // Config is the router's configuration: defaults, then the --config file,
@@ -79,6 +81,16 @@ func (t *TierWeights) Set(s string) error {
 	return nil
 }
 
+// tierWeightsOf and array convert between the config's named weights and
+// scoring's weights indexed by kv.Tier.
+func tierWeightsOf(w [kv.NumTiers]float64) TierWeights {
+	return TierWeights{Device: w[kv.TierDevice], Host: w[kv.TierHost], Disk: w[kv.TierDisk], External: w[kv.TierExternal]}
+}
+
+func (t *TierWeights) array() [kv.NumTiers]float64 {
+	return [kv.NumTiers]float64{kv.TierDevice: t.Device, kv.TierHost: t.Host, kv.TierDisk: t.Disk, kv.TierExternal: t.External}
+}
+
 // WorkerConfig is a static worker registered at start.
 type WorkerConfig struct {
 	WorkerID         string `yaml:"worker_id"`
@@ -91,23 +103,26 @@ type WorkerConfig struct {
 	Topic            string `yaml:"topic"`
 }
 
+// defaultConfig is the configuration before the --config file and flags.
+// The routing defaults are scoring's, read from scoring.DefaultConfig.
 func defaultConfig() Config {
+	sd := scoring.DefaultConfig()
 	return Config{
 		GRPCAddr:            ":50051",
 		HTTPAddr:            ":9090",
-		BlockSize:           16,
+		BlockSize:           sd.BlockSize,
 		LogFormat:           "text",
 		LogLevel:            "info",
-		MaxPromptTokens:     262144,
+		MaxPromptTokens:     sd.MaxPromptTokens,
 		DrainTimeout:        10 * time.Second,
-		PrefillWeight:       2.0,
-		TierWeights:         TierWeights{Device: 1.0, Host: 0.75, Disk: 0.25, External: 0},
-		RequestTTL:          5 * time.Minute,
-		Predict:             true,
-		PredictionTTL:       2 * time.Minute,
-		PredictionCapacity:  8192,
-		PredictionMaxBlocks: 64,
-		ApproxCapacity:      16384,
+		PrefillWeight:       sd.PrefillWeight,
+		TierWeights:         tierWeightsOf(*sd.TierWeights),
+		RequestTTL:          sd.RequestTTL,
+		Predict:             !sd.DisablePrediction,
+		PredictionTTL:       sd.PredictionTTL,
+		PredictionCapacity:  sd.PredictionCapacity,
+		PredictionMaxBlocks: sd.PredictionMaxBlocks,
+		ApproxCapacity:      sd.ApproxCapacity,
 		IngestQueue:         0,
 		IndexShards:         radix.DefaultShards,
 		IndexSegmentBlocks:  radix.DefaultSegmentBlocks,
@@ -191,7 +206,8 @@ func (c *Config) validate() error {
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
 	case !(c.PrefillWeight > 0) || math.IsInf(c.PrefillWeight, 0):
-		// 0 is refused rather than read as "unset" (the router's default 1.0).
+		// 0 is refused rather than passed on: scoring would read it as unset
+		// and put its default in its place.
 		return fmt.Errorf("config: prefill_weight %v must be a finite number > 0", c.PrefillWeight)
 	case c.RequestTTL <= 0:
 		return fmt.Errorf("config: request_ttl %v must be positive", c.RequestTTL)
@@ -225,4 +241,24 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// scoringConfig is the part of c that configures the scoring Router.
+func (c *Config) scoringConfig(index *radix.Index) scoring.Config {
+	weights := c.TierWeights.array()
+	return scoring.Config{
+		Index:                  index,
+		BlockSize:              c.BlockSize,
+		MaxPromptTokens:        c.MaxPromptTokens,
+		PrefillWeight:          c.PrefillWeight,
+		TierWeights:            &weights,
+		MaxActivePrefillTokens: c.MaxActivePrefillTokens,
+		MaxActiveDecodeBlocks:  c.MaxActiveDecodeBlocks,
+		RequestTTL:             c.RequestTTL,
+		DisablePrediction:      !c.Predict,
+		PredictionTTL:          c.PredictionTTL,
+		PredictionCapacity:     c.PredictionCapacity,
+		PredictionMaxBlocks:    c.PredictionMaxBlocks,
+		ApproxCapacity:         c.ApproxCapacity,
+	}
 }

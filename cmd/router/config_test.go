@@ -1,12 +1,18 @@
 package main
 
 import (
+	"flag"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
 // Values the router would otherwise replace silently with a default (or
@@ -58,5 +64,65 @@ func TestHelpExitsZero(t *testing.T) {
 	out, err := exec.Command(binary, "-h").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "-grpc-addr") {
 		t.Fatalf("kvrouter -h: err=%v output=%s; want usage and exit 0", err, out)
+	}
+}
+
+// The flags and their defaults are what users' command lines and config
+// files were written against. (The index-* defaults are radix's.)
+func TestFlagDefaults(t *testing.T) {
+	want := map[string]string{
+		"approx-capacity":           "16384",
+		"block-size":                "16",
+		"config":                    "",
+		"drain-timeout":             "10s",
+		"grpc-addr":                 ":50051",
+		"http-addr":                 ":9090",
+		"index-segment-blocks":      strconv.Itoa(radix.DefaultSegmentBlocks),
+		"index-shards":              strconv.Itoa(radix.DefaultShards),
+		"ingest-queue":              "0",
+		"log-format":                "text",
+		"log-level":                 "info",
+		"max-active-decode-blocks":  "0",
+		"max-active-prefill-tokens": "0",
+		"max-prompt-tokens":         "262144",
+		"predict":                   "true",
+		"prediction-capacity":       "8192",
+		"prediction-max-blocks":     "64",
+		"prediction-ttl":            "2m0s",
+		"prefill-weight":            "2",
+		"request-ttl":               "5m0s",
+		"tier-weights":              "1,0.75,0.25,0",
+	}
+	var path string
+	c := defaultConfig()
+	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
+	bindFlags(fs, &c, &path)
+	got := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { got[f.Name] = f.DefValue })
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("flag defaults %v; want %v", got, want)
+	}
+}
+
+// Left at its defaults, the router configures scoring with scoring's own
+// defaults.
+func TestDefaultScoringConfig(t *testing.T) {
+	c := defaultConfig()
+	idx := radix.New(radix.Config{})
+	got, want := c.scoringConfig(idx), scoring.DefaultConfig()
+	if got.Index != idx {
+		t.Fatal("index not passed on")
+	}
+	if *got.TierWeights != *want.TierWeights {
+		t.Fatalf("tier weights %v; want %v", *got.TierWeights, *want.TierWeights)
+	}
+	got.Index, got.TierWeights, want.TierWeights = nil, nil, nil
+	// DefaultConfig also sets scoring's unexported fields, which the router
+	// leaves zero for New to fill in; compare the exported ones.
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range gv.NumField() {
+		if f := gv.Type().Field(i); f.IsExported() && !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+			t.Errorf("%s = %v; scoring's default is %v", f.Name, gv.Field(i), wv.Field(i))
+		}
 	}
 }

@@ -9,26 +9,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
-	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
@@ -88,22 +78,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("closing subscriptions", "err", err)
 		}
 	}()
-	weights := [kv.NumTiers]float64{cfg.TierWeights.Device, cfg.TierWeights.Host, cfg.TierWeights.Disk, cfg.TierWeights.External}
-	rt, err := scoring.New(scoring.Config{
-		Index:                  index,
-		BlockSize:              cfg.BlockSize,
-		MaxPromptTokens:        cfg.MaxPromptTokens,
-		PrefillWeight:          cfg.PrefillWeight,
-		TierWeights:            &weights,
-		MaxActivePrefillTokens: cfg.MaxActivePrefillTokens,
-		MaxActiveDecodeBlocks:  cfg.MaxActiveDecodeBlocks,
-		RequestTTL:             cfg.RequestTTL,
-		DisablePrediction:      !cfg.Predict,
-		PredictionTTL:          cfg.PredictionTTL,
-		PredictionCapacity:     cfg.PredictionCapacity,
-		PredictionMaxBlocks:    cfg.PredictionMaxBlocks,
-		ApproxCapacity:         cfg.ApproxCapacity,
-	})
+	rt, err := scoring.New(cfg.scoringConfig(index))
 	if err != nil {
 		return err
 	}
@@ -112,63 +87,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	gs := grpc.NewServer(srv.GRPCOptions()...)
-	srv.RegisterServices(gs)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-
-	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	s, err := listen(cfg, srv, reg)
 	if err != nil {
-		return fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
+		return err
 	}
-	hlis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		glis.Close()
-		return fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+	if err := registerStaticWorkers(srv, cfg.Workers); err != nil {
+		s.closeListeners()
+		return err
 	}
-
-	for i, w := range cfg.Workers {
-		err := srv.Register(&kvrouterv1.Worker{
-			WorkerId: w.WorkerID, Model: w.Model, Endpoint: w.Endpoint,
-			KvEventsEndpoint: w.KVEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
-			DpSize: w.DPSize, BlockSize: w.BlockSize, Topic: w.Topic,
-		})
-		if err != nil {
-			glis.Close()
-			hlis.Close()
-			return fmt.Errorf("config: workers[%d]: %w", i, err)
-		}
-	}
-
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		resp, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-
-	errc := make(chan error, 2)
-	go func() { errc <- gs.Serve(glis) }()
-	go func() {
-		if err := hsrv.Serve(hlis); !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
-	for _, svc := range []string{"", kvrouterv1.Router_ServiceDesc.ServiceName, kvrouterv1.Registry_ServiceDesc.ServiceName} {
-		hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-	}
-	log.Info("kvrouter listening", "grpc", glis.Addr().String(), "http", hlis.Addr().String(),
+	errc := s.serve()
+	log.Info("kvrouter listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(),
 		"block_size", cfg.BlockSize, "workers", len(cfg.Workers), "predict", cfg.Predict,
 		"tier_weights", strings.TrimSpace(cfg.TierWeights.String()))
 
@@ -179,18 +107,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	case serveErr = <-errc:
 		log.Error("server failed", "err", serveErr)
 	}
-	hs.Shutdown()
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(cfg.DrainTimeout):
-		log.Warn("drain timed out; closing remaining RPCs")
-		gs.Stop()
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-	defer cancel()
-	_ = hsrv.Shutdown(sctx)
+	s.drain(cfg.DrainTimeout, log)
 	log.Info("stopped")
 	return serveErr
+}
+
+// registerStaticWorkers registers the config file's workers.
+func registerStaticWorkers(srv *server.Server, workers []WorkerConfig) error {
+	for i, w := range workers {
+		err := srv.Register(&kvrouterv1.Worker{
+			WorkerId: w.WorkerID, Model: w.Model, Endpoint: w.Endpoint,
+			KvEventsEndpoint: w.KVEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
+			DpSize: w.DPSize, BlockSize: w.BlockSize, Topic: w.Topic,
+		})
+		if err != nil {
+			return fmt.Errorf("config: workers[%d]: %w", i, err)
+		}
+	}
+	return nil
 }

@@ -101,13 +101,23 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return cc
 }
 
+// TestBinaryServesContract runs the binary and checks each part of what it
+// serves in turn, ending with a SIGTERM drain.
 func TestBinaryServesContract(t *testing.T) {
 	r := startRouter(t)
 	cc := dial(t, r.grpcAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	checkReflection(ctx, t, cc)
+	checkHealth(ctx, t, cc, r.httpAddr)
+	checkRegistry(ctx, t, cc)
+	checkMetrics(t, r.httpAddr)
+	checkSIGTERMDrains(t, r)
+}
 
-	// Reflection lists both services.
+// checkReflection checks reflection lists both services.
+func checkReflection(ctx context.Context, t *testing.T, cc *grpc.ClientConn) {
+	t.Helper()
 	stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -128,19 +138,27 @@ func TestBinaryServesContract(t *testing.T) {
 			t.Errorf("reflection does not list %s (got %v)", want, services)
 		}
 	}
+}
 
-	// Health answers SERVING, over gRPC and over HTTP.
+// checkHealth checks health answers SERVING, over gRPC and over HTTP.
+func checkHealth(ctx context.Context, t *testing.T, cc *grpc.ClientConn, httpAddr string) {
+	t.Helper()
 	hc, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "kvrouter.v1.Router"})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", hc.GetStatus(), err)
 	}
-	hr, err := http.Get("http://" + r.httpAddr + "/healthz")
+	hr, err := http.Get("http://" + httpAddr + "/healthz")
 	if err != nil || hr.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz = %v, %v", hr, err)
 	}
 	hr.Body.Close()
+}
 
-	// RegisterWorker / ListWorkers round-trip (a worker without events: approximate mode).
+// checkRegistry checks a RegisterWorker / ListWorkers round-trip (a worker
+// without events: approximate mode), and that bad registrations get
+// InvalidArgument naming the field.
+func checkRegistry(ctx context.Context, t *testing.T, cc *grpc.ClientConn) {
+	t.Helper()
 	reg := kvrouterv1.NewRegistryClient(cc)
 	w := &kvrouterv1.Worker{WorkerId: "w1", Model: "m", Endpoint: "10.0.0.1:8000", DpSize: 2}
 	if _, err := reg.RegisterWorker(ctx, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
@@ -162,7 +180,6 @@ func TestBinaryServesContract(t *testing.T) {
 		t.Errorf("ListWorkers(other) = %v, want none", lw)
 	}
 
-	// Bad registrations get InvalidArgument naming the field.
 	for _, tc := range []struct {
 		w     *kvrouterv1.Worker
 		field string
@@ -177,9 +194,12 @@ func TestBinaryServesContract(t *testing.T) {
 			t.Errorf("RegisterWorker(%v) = %v; want InvalidArgument naming %s", tc.w, err, tc.field)
 		}
 	}
+}
 
-	// Metrics are served.
-	mr, err := http.Get("http://" + r.httpAddr + "/metrics")
+// checkMetrics checks metrics are served.
+func checkMetrics(t *testing.T, httpAddr string) {
+	t.Helper()
+	mr, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +208,11 @@ func TestBinaryServesContract(t *testing.T) {
 	if !strings.Contains(string(body), "kvrouter_rpc_duration_seconds") {
 		t.Errorf("/metrics lacks kvrouter_rpc_duration_seconds")
 	}
+}
 
-	// SIGTERM drains and exits 0.
+// checkSIGTERMDrains checks SIGTERM drains and exits 0.
+func checkSIGTERMDrains(t *testing.T, r *router) {
+	t.Helper()
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
