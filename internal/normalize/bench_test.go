@@ -132,10 +132,10 @@ func newBenchWorkload(nPayloads int) *benchWorkload {
 // op is one pass over all payloads; see blocks/s and allocs/event.
 func BenchmarkNormalize(b *testing.B) {
 	w := newBenchWorkload(256)
-	run := func(b *testing.B, decode func([]byte, *RawBatch) error) {
+	run := func(b *testing.B, decode func([]byte, *rawBatch) error) {
 		n := New(Config{})
 		var batch Batch
-		var rb RawBatch
+		var rb rawBatch
 		pass := func() {
 			for _, p := range w.payloads {
 				if decode == nil {
@@ -190,10 +190,10 @@ func BenchmarkDecode(b *testing.B) {
 	w := newBenchWorkload(256)
 	for _, c := range []struct {
 		name string
-		fn   func([]byte, *RawBatch) error
-	}{{"hand", DecodeBatch}, {"shamaton", decodeBatchShamaton}} {
+		fn   func([]byte, *rawBatch) error
+	}{{"hand", decodeBatch}, {"shamaton", decodeBatchShamaton}} {
 		b.Run(c.name, func(b *testing.B) {
-			var rb RawBatch
+			var rb rawBatch
 			start := time.Now()
 			for b.Loop() {
 				for _, p := range w.payloads {

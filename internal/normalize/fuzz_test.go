@@ -68,22 +68,22 @@ func addSeeds(f *testing.F) {
 	}
 }
 
-// FuzzDecodeBatch: no input panics; errors are *DecodeError and leave no
+// FuzzDecodeBatch: no input panics; errors are *decodeError and leave no
 // events; a decode is deterministic and independent of the reused memory.
 func FuzzDecodeBatch(f *testing.F) {
 	addSeeds(f)
-	var reused RawBatch
+	var reused rawBatch
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fresh RawBatch
-		err := DecodeBatch(data, &fresh)
-		err2 := DecodeBatch(data, &reused)
+		var fresh rawBatch
+		err := decodeBatch(data, &fresh)
+		err2 := decodeBatch(data, &reused)
 		if (err == nil) != (err2 == nil) {
 			t.Fatalf("reused batch decodes differently: %v vs %v", err, err2)
 		}
 		if err != nil {
-			var de *DecodeError
+			var de *decodeError
 			if !errors.As(err, &de) {
-				t.Fatalf("error %T is not a *DecodeError: %v", err, err)
+				t.Fatalf("error %T is not a *decodeError: %v", err, err)
 			}
 			if len(fresh.Events) != 0 || len(reused.Events) != 0 {
 				t.Fatalf("events left after error %v", err)
@@ -94,8 +94,8 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("reused batch decodes differently: %s", d)
 		}
 		for i, ev := range fresh.Events {
-			if ev.Err != nil && ev.Err.Index != i {
-				t.Fatalf("event %d has error of event %d", i, ev.Err.Index)
+			if ev.Err != nil && ev.Err.index != i {
+				t.Fatalf("event %d has error of event %d", i, ev.Err.index)
 			}
 		}
 	})
@@ -105,7 +105,9 @@ func FuzzDecodeBatch(f *testing.F) {
 // skipped with a reason, and stores are well formed.
 func FuzzNormalize(f *testing.F) {
 	addSeeds(f)
-	ns := []*Normalizer{New(Config{}), New(Config{BlockSize: 4, MaxNamespacedBlocks: 8})}
+	small := New(Config{BlockSize: 4})
+	small.maxNS = 8
+	ns := []*Normalizer{New(Config{}), small}
 	var b Batch
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, n := range ns {
@@ -125,7 +127,7 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 		return
 	}
 	var tags, skipped uint32
-	for _, c := range b.Tags {
+	for _, c := range b.tags {
 		tags += c
 	}
 	for _, c := range b.Skipped {
@@ -134,8 +136,8 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 	if uint32(len(b.Events))+skipped != tags {
 		t.Fatalf("%d events emitted + %d skipped != %d decoded", len(b.Events), skipped, tags)
 	}
-	if uint32(len(b.Errors)) != b.Skipped[ReasonMalformedEvent] {
-		t.Fatalf("%d errors for %d malformed events", len(b.Errors), b.Skipped[ReasonMalformedEvent])
+	if uint32(len(b.Errors)) != b.Skipped[reasonMalformedEvent] {
+		t.Fatalf("%d errors for %d malformed events", len(b.Errors), b.Skipped[reasonMalformedEvent])
 	}
 	var blocks uint32
 	for _, ev := range b.Events {
@@ -157,11 +159,11 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 			t.Fatalf("bad tier %d", ev.Tier)
 		}
 	}
-	if blocks != b.Blocks {
-		t.Fatalf("Blocks=%d, counted %d", b.Blocks, blocks)
+	if blocks != b.routerBlocks {
+		t.Fatalf("Blocks=%d, counted %d", b.routerBlocks, blocks)
 	}
-	if n.NamespacedBlocks() > n.maxNS {
-		t.Fatalf("%d namespaces over the bound %d", n.NamespacedBlocks(), n.maxNS)
+	if n.namespacedBlocks() > n.maxNS {
+		t.Fatalf("%d namespaces over the bound %d", n.namespacedBlocks(), n.maxNS)
 	}
 }
 
@@ -173,8 +175,8 @@ func FuzzDifferential(f *testing.F) {
 		if len(data) > 1<<16 {
 			return // shamaton decodes recursively; keep its stack modest
 		}
-		var a, b RawBatch
-		errA := DecodeBatch(data, &a)
+		var a, b rawBatch
+		errA := decodeBatch(data, &a)
 		var errB error
 		panicked := func() (p bool) {
 			defer func() {
@@ -187,7 +189,7 @@ func FuzzDifferential(f *testing.F) {
 		}()
 		if panicked {
 			// shamaton panics on a bin map key (unhashable []byte in a
-			// map[any]any); DecodeBatch ignores such keys. Nothing to compare.
+			// map[any]any); decodeBatch ignores such keys. Nothing to compare.
 			return
 		}
 		if (errA == nil) != (errB == nil) {
@@ -204,7 +206,7 @@ func FuzzDifferential(f *testing.F) {
 
 // diffRaw describes the first difference between two decoded batches.
 // exactErr also compares error messages and offsets.
-func diffRaw(a, b *RawBatch, exactErr bool) string {
+func diffRaw(a, b *rawBatch, exactErr bool) string {
 	if math.Float64bits(a.TS) != math.Float64bits(b.TS) && !(math.IsNaN(a.TS) && math.IsNaN(b.TS)) {
 		return fmt.Sprintf("ts %v vs %v", a.TS, b.TS)
 	}
@@ -223,7 +225,7 @@ func diffRaw(a, b *RawBatch, exactErr bool) string {
 	return ""
 }
 
-func diffEvent(x, y *RawEvent, exactErr bool) string {
+func diffEvent(x, y *rawEvent, exactErr bool) string {
 	if x.Tag != y.Tag || !bytes.Equal(x.Name, y.Name) {
 		return fmt.Sprintf("tag %v %q vs %v %q", x.Tag, x.Name, y.Tag, y.Name)
 	}
@@ -231,7 +233,7 @@ func diffEvent(x, y *RawEvent, exactErr bool) string {
 		return fmt.Sprintf("error %v vs %v", x.Err, y.Err)
 	}
 	if x.Err != nil {
-		if x.Err.Index != y.Err.Index || x.Err.Field != y.Err.Field {
+		if x.Err.index != y.Err.index || x.Err.field != y.Err.field {
 			return fmt.Sprintf("error %v vs %v", x.Err, y.Err)
 		}
 		if exactErr && x.Err.Error() != y.Err.Error() {

@@ -212,10 +212,10 @@ func render(n *Normalizer, payload []byte, b *Batch, names map[uint64]string) st
 		fmt.Fprintf(&sb, "event error: %v\n", e)
 	}
 	fmt.Fprintf(&sb, "counts stored=%d removed=%d cleared=%d unknown=%d engine_blocks=%d blocks=%d namespaced=%d",
-		b.Tags[TagStored], b.Tags[TagRemoved], b.Tags[TagCleared], b.Tags[TagUnknown],
-		b.EngineBlocks, b.Blocks, n.NamespacedBlocks())
-	if b.NamespaceOverflow > 0 {
-		fmt.Fprintf(&sb, " namespace_overflow=%d", b.NamespaceOverflow)
+		b.tags[tagStored], b.tags[tagRemoved], b.tags[tagCleared], b.tags[tagUnknown],
+		b.engineBlocks, b.routerBlocks, n.namespacedBlocks())
+	if b.namespaceOverflow > 0 {
+		fmt.Fprintf(&sb, " namespace_overflow=%d", b.namespaceOverflow)
 	}
 	sb.WriteString("\n")
 	return sb.String()
@@ -225,8 +225,8 @@ func render(n *Normalizer, payload []byte, b *Batch, names map[uint64]string) st
 // split sub-block hashes of every engine hash in the payload.
 func engineNamer(payload []byte) func(uint64) string {
 	syn := map[uint64]string{}
-	var rb RawBatch
-	if DecodeBatch(payload, &rb) == nil {
+	var rb rawBatch
+	if decodeBatch(payload, &rb) == nil {
 		for _, ev := range rb.Events {
 			for _, h := range ev.BlockHashes {
 				for i := 0; i < 8; i++ {

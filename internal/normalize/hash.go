@@ -31,6 +31,35 @@ func seedFromHashes(loraHash, nsHash uint64) uint64 {
 	return xxhash.Sum64(b[:])
 }
 
+// seedCache remembers the seed of the last store: consecutive stores of a
+// worker mostly share their LoRA adapter and namespace.
+type seedCache struct {
+	emptyHash        uint64 // XXH64(""): the hash of no LoRA name and of no namespace
+	loraHash, nsHash uint64
+	last             uint64
+}
+
+func newSeedCache() seedCache {
+	e := xxhash.Sum64(nil)
+	return seedCache{emptyHash: e, loraHash: e, nsHash: e, last: seedFromHashes(e, e)}
+}
+
+// seed returns the seed of a LoRA name (empty for none) and a namespace.
+func (c *seedCache) seed(loraName []byte, ns blockNS) uint64 {
+	loraHash, nsHash := c.emptyHash, c.emptyHash
+	if len(loraName) > 0 {
+		loraHash = xxhash.Sum64(loraName)
+	}
+	if ns.ok {
+		nsHash = ns.hash
+	}
+	if loraHash != c.loraHash || nsHash != c.nsHash {
+		c.loraHash, c.nsHash = loraHash, nsHash
+		c.last = seedFromHashes(loraHash, nsHash)
+	}
+	return c.last
+}
+
 // BlockHash returns the router hash of one block: XXH64 with the given seed
 // over the block's tokens, each a little-endian uint32, followed by the
 // multimodal item hashes that overlap the block, each a little-endian uint64.
@@ -137,17 +166,4 @@ func HashPrompt(seed uint64, tokens []uint32, blockSize int, mm []MMItem, out []
 		out = append(out, BlockHash(seed, tokens[start:end], hs))
 	}
 	return out
-}
-
-// splitHash derives the engine hash of sub-block i (0-based, not the last) of
-// an engine block with hash h that is split into several router blocks. The
-// last sub-block keeps h itself. It is a SplitMix64 finalizer of h mixed with i.
-func splitHash(h uint64, i int) uint64 {
-	x := h ^ (uint64(i+1) * 0x9E3779B97F4A7C15)
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
 }

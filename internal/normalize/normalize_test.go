@@ -41,14 +41,15 @@ func mustDesc(t *testing.T, s string) []byte {
 // logged at most once per interval, with the suppressed count.
 func TestMismatchWarningRateLimited(t *testing.T) {
 	h := &recordHandler{}
-	n := New(Config{Logger: slog.New(h), WarnInterval: time.Hour})
+	n := New(Config{Logger: slog.New(h)})
+	n.warnInterval = time.Hour
 	var b Batch
 	p := mustDesc(t, `[1.0, [["BlockStored", [1], nil, [seq(1, 24)], 24], ["BlockStored", [2], nil, [seq(1, 24)], 24]], 0]`)
 	for range 3 {
 		if err := n.Normalize(p, &b); err != nil {
 			t.Fatal(err)
 		}
-		if b.Skipped[ReasonBlockSizeMismatch] != 2 {
+		if b.Skipped[reasonBlockSizeMismatch] != 2 {
 			t.Fatalf("skipped %v", b.Skipped)
 		}
 	}
@@ -59,7 +60,7 @@ func TestMismatchWarningRateLimited(t *testing.T) {
 		t.Errorf("warning %v %q", r.Level, r.Message)
 	}
 	// Once the interval has passed, the next warning reports what was suppressed.
-	n.warnLast[ReasonBlockSizeMismatch] = time.Now().Add(-2 * time.Hour)
+	n.warnLast[reasonBlockSizeMismatch] = time.Now().Add(-2 * time.Hour)
 	if err := n.Normalize(p, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +96,8 @@ func TestRejectedBatchLeavesState(t *testing.T) {
 	if len(b.Events) != 0 || b.DPRank != -1 {
 		t.Fatalf("rejected batch left %d events", len(b.Events))
 	}
-	if n.NamespacedBlocks() != 1 || n.engineBlockSize != 16 {
-		t.Fatalf("state changed: %d namespaces, engine block size %d", n.NamespacedBlocks(), n.engineBlockSize)
+	if n.namespacedBlocks() != 1 || n.engineBlockSize != 16 {
+		t.Fatalf("state changed: %d namespaces, engine block size %d", n.namespacedBlocks(), n.engineBlockSize)
 	}
 	// A child of block 1 still inherits "salt".
 	child := mustDesc(t, `[1.0, [["BlockStored", [3], 1, [seq(17, 16)], 16]], 0]`)
@@ -176,8 +177,8 @@ func TestTierOf(t *testing.T) {
 
 // TestDecodeErrorsName: every batch-level error says where.
 func TestDecodeErrorsName(t *testing.T) {
-	var rb RawBatch
-	err := DecodeBatch(mustDesc(t, `[1.0, [["BlockStored", [1]]], 0]`)[:10], &rb)
+	var rb rawBatch
+	err := decodeBatch(mustDesc(t, `[1.0, [["BlockStored", [1]]], 0]`)[:10], &rb)
 	if err == nil || !strings.Contains(err.Error(), "at byte") {
 		t.Fatalf("error %v does not name an offset", err)
 	}
@@ -215,7 +216,7 @@ func TestSplitExpansionBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.want == 0 {
-				if b.Skipped[ReasonMalformedEvent] != 1 || len(b.Errors) != 1 {
+				if b.Skipped[reasonMalformedEvent] != 1 || len(b.Errors) != 1 {
 					t.Fatalf("skipped %v, errors %v: want the expansion skipped as malformed", b.Skipped, b.Errors)
 				}
 				if !strings.Contains(b.Errors[0].Error(), "router blocks") {

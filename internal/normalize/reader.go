@@ -72,8 +72,8 @@ func typeOf(c byte) mtype {
 	return mInvalid
 }
 
-// errTruncated and friends are structural errors: the payload is not valid
-// msgpack at that offset.
+// structError is a structural error: the payload is not valid msgpack at
+// that offset, so nothing after it can be read.
 type structError struct {
 	off int
 	msg string
@@ -90,6 +90,20 @@ type typeError struct {
 
 func (e *typeError) Error() string {
 	return fmt.Sprintf("want %s, got %s at byte %d", e.want, e.got, e.off)
+}
+
+// valueError is a well-typed value that is out of range.
+type valueError struct {
+	off int
+	msg string
+}
+
+func (e *valueError) Error() string { return e.msg }
+
+// isStructural reports whether err means the payload is not valid msgpack.
+func isStructural(err error) bool {
+	_, ok := err.(*structError)
+	return ok
 }
 
 // reader reads msgpack values from b starting at off.
@@ -115,7 +129,7 @@ func (r *reader) peek() mtype {
 	return typeOf(r.b[r.off])
 }
 
-// need reports whether n more bytes are available after off+skip.
+// has reports whether n more bytes are available at off.
 func (r *reader) has(n int) bool { return n >= 0 && len(r.b)-r.off >= n }
 
 func (r *reader) be16(at int) int { return int(binary.BigEndian.Uint16(r.b[at:])) }
@@ -198,11 +212,11 @@ func (r *reader) header() (mtype, int, error) {
 // truncated, no never-used code, no extension types and no array or map used
 // as a map key (the two things github.com/shamaton/msgpack/v2 rejects too).
 func (r *reader) skip() error {
-	st := append(r.stack[:0], skipFrame{left: 1})
-	err := r.skipLoop(st)
-	return err
+	return r.skipLoop(append(r.stack[:0], skipFrame{left: 1}))
 }
 
+// skipLoop walks nested containers with an explicit stack (kept in r.stack
+// for the next skip), so that deep nesting cannot exhaust the goroutine's.
 func (r *reader) skipLoop(st []skipFrame) error {
 	defer func() { r.stack = st[:0] }()
 	for len(st) > 0 {
@@ -408,4 +422,52 @@ func (r *reader) readNil() bool {
 		return true
 	}
 	return false
+}
+
+// readKey reads a map key: the bytes of a str key, or nil after skipping a
+// key of another kind. An array or map key is a structural error.
+func (r *reader) readKey() ([]byte, error) {
+	switch t := r.peek(); t {
+	case mStr:
+		k, _, err := r.readBytes()
+		return k, err
+	case mArray, mMap:
+		return nil, &structError{r.off, "map key is " + t.String()}
+	}
+	return nil, r.skip()
+}
+
+// skipN skips n values.
+func (r *reader) skipN(n int) error {
+	for ; n > 0; n-- {
+		if err := r.skip(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readOptStr reads a str or nil, and reports which.
+func (r *reader) readOptStr() ([]byte, bool, error) {
+	if r.readNil() {
+		return nil, false, nil
+	}
+	s, err := r.readStr()
+	return s, err == nil, err
+}
+
+// readOptUint reads nil or an integer in [0, limit], and reports which.
+func (r *reader) readOptUint(limit uint64) (uint64, bool, error) {
+	if r.readNil() {
+		return 0, false, nil
+	}
+	start := r.off
+	u, neg, err := r.readInt()
+	if err != nil {
+		return 0, false, err
+	}
+	if neg || u > limit {
+		return 0, false, &valueError{start, fmt.Sprintf("%d out of range [0, %d]", int64(u), limit)}
+	}
+	return u, true, nil
 }

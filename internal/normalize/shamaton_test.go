@@ -9,9 +9,9 @@ import (
 )
 
 // decodeBatchShamaton is the reference decoder: github.com/shamaton/msgpack/v2
-// into an interface{} tree, then the same field rules as DecodeBatch. It is
+// into an interface{} tree, then the same field rules as decodeBatch. It is
 // the baseline of the benchmarks and the oracle of FuzzDifferential.
-func decodeBatchShamaton(payload []byte, rb *RawBatch) error {
+func decodeBatchShamaton(payload []byte, rb *rawBatch) error {
 	rb.reset()
 	var v any
 	if err := msgpack.Unmarshal(payload, &v); err != nil {
@@ -27,7 +27,7 @@ func decodeBatchShamaton(payload []byte, rb *RawBatch) error {
 	return err
 }
 
-// checkTree rejects values DecodeBatch rejects but shamaton accepts
+// checkTree rejects values decodeBatch rejects but shamaton accepts
 // (its timestamp extension).
 func checkTree(v any) error {
 	switch t := v.(type) {
@@ -95,7 +95,7 @@ func treeNumber(v any) (float64, bool) {
 	return float64(u), true
 }
 
-func treeDPRank(v any, rb *RawBatch) error {
+func treeDPRank(v any, rb *rawBatch) error {
 	if v == nil {
 		return nil
 	}
@@ -107,7 +107,7 @@ func treeDPRank(v any, rb *RawBatch) error {
 	return nil
 }
 
-func (rb *RawBatch) fromTree(v any) error {
+func (rb *rawBatch) fromTree(v any) error {
 	var events any
 	switch t := v.(type) {
 	case []any:
@@ -144,55 +144,44 @@ func (rb *RawBatch) fromTree(v any) error {
 			return errTree
 		}
 		events = ev
-		if d, ok := t["data_parallel_rank"]; ok {
-			if err := treeDPRank(d, rb); err != nil {
-				return err
-			}
-		}
-		if a, ok := t["attn_dp_rank"]; ok && rb.DPRank < 0 {
-			if err := treeDPRank(a, rb); err != nil {
-				return err
+		for _, k := range wire.rankKeys {
+			if d, ok := t[k]; ok && rb.DPRank < 0 {
+				if err := treeDPRank(d, rb); err != nil {
+					return err
+				}
 			}
 		}
 	default:
 		return errTree
 	}
 	for i, e := range events.([]any) {
-		rb.Events = append(rb.Events, RawEvent{BlockSize: -1})
+		rb.Events = append(rb.Events, rawEvent{BlockSize: -1})
 		rb.treeEvent(e, &rb.Events[len(rb.Events)-1], i)
 	}
 	return nil
 }
 
-func (rb *RawBatch) treeEvent(v any, ev *RawEvent, idx int) {
-	fail := func(field int, msg string) {
-		e := &EventError{Index: idx, Tag: string(ev.Name), Offset: -1, Msg: msg}
-		if field >= 0 {
-			e.Field = fieldNames[field]
+func (rb *rawBatch) treeEvent(v any, ev *rawEvent, idx int) {
+	fail := func(f field, msg string) {
+		e := &eventError{index: idx, tag: string(ev.Name), offset: -1, msg: msg}
+		if f != noField {
+			e.field = fieldNames[f]
 		}
 		ev.Err = e
 	}
 	switch t := v.(type) {
 	case []any:
 		if len(t) == 0 {
-			fail(-1, "empty event array")
+			fail(noField, "empty event array")
 			return
 		}
 		name, ok := t[0].(string)
 		if !ok {
-			fail(-1, "tag")
+			fail(noField, "tag")
 			return
 		}
 		ev.Name, ev.Tag = []byte(name), tagOf([]byte(name))
-		var fields []int
-		switch ev.Tag {
-		case TagStored:
-			fields = storedArrayFields[:]
-		case TagRemoved:
-			fields = removedArrayFields[:]
-		default:
-			return
-		}
+		fields := wire.arrayFields[ev.Tag]
 		for i := 1; i < len(t) && i-1 < len(fields); i++ {
 			if msg := rb.treeField(t[i], ev, fields[i-1]); msg != "" {
 				fail(fields[i-1], msg)
@@ -200,26 +189,20 @@ func (rb *RawBatch) treeEvent(v any, ev *RawEvent, idx int) {
 			}
 		}
 	case map[any]any:
-		tv, ok := t["type"]
+		tv, ok := t[mapTagKey]
 		if !ok {
-			fail(-1, "no type")
+			fail(noField, "no type")
 			return
 		}
 		name, ok := tv.(string)
 		if !ok {
-			fail(-1, "type")
+			fail(noField, "type")
 			return
 		}
 		ev.Name, ev.Tag = []byte(name), tagOf([]byte(name))
-		if ev.Tag != TagStored && ev.Tag != TagRemoved {
-			return
-		}
-		for f := 0; f < numFields; f++ {
-			if ev.Tag == TagRemoved && !removedField(f) {
-				continue
-			}
+		for f := field(0); f < numFields; f++ {
 			fv, ok := t[fieldNames[f]]
-			if !ok {
+			if !ok || !wire.mapFields[ev.Tag].has(f) {
 				continue
 			}
 			if msg := rb.treeField(fv, ev, f); msg != "" {
@@ -228,7 +211,7 @@ func (rb *RawBatch) treeEvent(v any, ev *RawEvent, idx int) {
 			}
 		}
 	default:
-		fail(-1, "event type")
+		fail(noField, "event type")
 	}
 }
 
@@ -251,6 +234,21 @@ func treeOptStr(v any) ([]byte, bool, string) {
 	return []byte(s), true, ""
 }
 
+// treeOptUint reads nil or an integer in [0, limit].
+func treeOptUint(v any, limit uint64) (uint64, bool, string) {
+	if v == nil {
+		return 0, false, ""
+	}
+	u, neg, ok := treeInt(v)
+	if !ok {
+		return 0, false, "want int"
+	}
+	if neg || u > limit {
+		return 0, false, "out of range"
+	}
+	return u, true, ""
+}
+
 func treeToken(v any) (uint32, string) {
 	u, neg, ok := treeInt(v)
 	if !ok {
@@ -262,188 +260,187 @@ func treeToken(v any) (uint32, string) {
 	return uint32(u), ""
 }
 
-func (rb *RawBatch) treeField(v any, ev *RawEvent, f int) string {
+// treeField decodes field f from v into ev, as decodeField does from bytes;
+// it returns what is wrong with v, or "".
+func (rb *rawBatch) treeField(v any, ev *rawEvent, f field) string {
+	var msg string
 	switch f {
 	case fBlockHashes:
-		if v == nil {
-			return ""
-		}
-		list, ok := v.([]any)
-		if !ok {
-			return "want array"
-		}
-		hs := make([]uint64, 0, len(list))
-		for _, e := range list {
-			h, ok := treeHash(e)
-			if !ok {
-				return "want hash"
-			}
-			hs = append(hs, h)
-		}
-		ev.BlockHashes = hs
+		msg = treeHashes(v, ev)
 	case fParent:
-		if v == nil {
-			ev.HasParent = false
-			return ""
+		ev.HasParent = v != nil
+		if v != nil {
+			var ok bool
+			if ev.Parent, ok = treeHash(v); !ok {
+				msg = "want hash"
+			}
 		}
-		h, ok := treeHash(v)
+	case fTokens:
+		msg = treeTokens(v, ev)
+	case fBlockSize:
+		var u uint64
+		var ok bool
+		ev.BlockSize = -1
+		if u, ok, msg = treeOptUint(v, math.MaxInt32); ok && u == 0 {
+			msg = "block size 0"
+		} else if ok {
+			ev.BlockSize = int32(u)
+		}
+	case fLoRAID:
+	case fLoRAName:
+		msg = treeLoRAName(v, ev)
+	case fExtraKeys:
+		msg = treeExtraKeys(v, ev)
+	case fGroup:
+		var u uint64
+		u, ev.HasGroup, msg = treeOptUint(v, math.MaxUint32)
+		ev.Group = uint32(u)
+	case fWindow:
+		ev.HasWindow = v != nil
+		if v != nil {
+			u, _, ok := treeInt(v)
+			if !ok {
+				msg = "want int"
+			}
+			ev.SlidingWindow = int64(u)
+		}
+	case fMedium:
+		ev.Medium, _, msg = treeOptStr(v)
+	case fKind:
+		ev.SpecKind, ev.HasKind, msg = treeOptStr(v)
+	case fLocality:
+		ev.Locality, _, msg = treeOptStr(v)
+	case fCacheSalt:
+		ev.CacheSalt, ev.HasCacheSalt, msg = treeOptStr(v)
+	}
+	return msg
+}
+
+func treeHashes(v any, ev *rawEvent) string {
+	if v == nil {
+		return ""
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return "want array"
+	}
+	hs := make([]uint64, 0, len(list))
+	for _, e := range list {
+		h, ok := treeHash(e)
 		if !ok {
 			return "want hash"
 		}
-		ev.HasParent, ev.Parent = true, h
-	case fTokens:
-		ev.Bigram = false
-		if v == nil {
-			ev.Tokens = nil
-			return ""
-		}
-		list, ok := v.([]any)
-		if !ok {
-			return "want array"
-		}
-		toks := make([]uint32, 0, len(list)+1)
-		if len(list) > 0 {
-			if _, bigram := list[0].([]any); bigram {
-				var last uint32
-				for _, e := range list {
-					pair, ok := e.([]any)
-					if !ok {
-						return "want array"
-					}
-					if len(pair) != 2 {
-						return "bigram length"
-					}
-					a, msg := treeToken(pair[0])
-					if msg != "" {
-						return msg
-					}
-					b, msg := treeToken(pair[1])
-					if msg != "" {
-						return msg
-					}
-					toks = append(toks, a)
-					last = b
-				}
-				toks = append(toks, last)
-				ev.Tokens, ev.Bigram = toks, true
-				return ""
-			}
-		}
-		for _, e := range list {
-			t, msg := treeToken(e)
-			if msg != "" {
-				return msg
-			}
-			toks = append(toks, t)
-		}
-		ev.Tokens = toks
-	case fBlockSize:
-		ev.BlockSize = -1
-		if v == nil {
-			return ""
-		}
-		u, neg, ok := treeInt(v)
-		if !ok {
-			return "want int"
-		}
-		if neg || u > math.MaxInt32 {
-			return "out of range"
-		}
-		if u == 0 {
-			return "block size 0"
-		}
-		ev.BlockSize = int32(u)
-	case fLoRAID:
-	case fMedium:
-		s, _, msg := treeOptStr(v)
-		ev.Medium = s
-		return msg
-	case fLoRAName:
-		if m, ok := v.(map[any]any); ok {
-			ev.LoRAName = nil
-			if sv, ok := m["cache_salt"]; ok {
-				s, has, msg := treeOptStr(sv)
-				if msg != "" {
-					return msg
-				}
-				ev.HasCacheSalt, ev.CacheSalt = has, s
-			}
-			return ""
-		}
-		s, _, msg := treeOptStr(v)
-		ev.LoRAName = s
-		return msg
-	case fExtraKeys:
-		if v == nil {
-			ev.ExtraKeys = nil
-			return ""
-		}
-		list, ok := v.([]any)
-		if !ok {
-			return "want array"
-		}
-		ek := make([]ExtraKeys, 0, len(list))
-		for _, e := range list {
-			if e == nil {
-				ek = append(ek, ExtraKeys{})
-				continue
-			}
-			items, ok := e.([]any)
-			if !ok {
-				return "want array"
-			}
-			var out []ExtraKey
-			for _, it := range items {
-				out = append(out, treeExtraItem(it))
-			}
-			ek = append(ek, ExtraKeys{Present: true, Items: out})
-		}
-		ev.ExtraKeys = ek
-	case fGroup:
-		if v == nil {
-			ev.HasGroup = false
-			return ""
-		}
-		u, neg, ok := treeInt(v)
-		if !ok {
-			return "want int"
-		}
-		if neg || u > math.MaxUint32 {
-			return "out of range"
-		}
-		ev.HasGroup, ev.Group = true, uint32(u)
-	case fKind:
-		s, has, msg := treeOptStr(v)
-		ev.HasKind, ev.SpecKind = has, s
-		return msg
-	case fWindow:
-		if v == nil {
-			ev.HasWindow = false
-			return ""
-		}
-		u, _, ok := treeInt(v)
-		if !ok {
-			return "want int"
-		}
-		ev.HasWindow, ev.SlidingWindow = true, int64(u)
-	case fLocality:
-		s, _, msg := treeOptStr(v)
-		ev.Locality = s
-		return msg
-	case fCacheSalt:
-		s, has, msg := treeOptStr(v)
-		ev.HasCacheSalt, ev.CacheSalt = has, s
-		return msg
+		hs = append(hs, h)
 	}
+	ev.BlockHashes = hs
 	return ""
 }
 
-func treeExtraItem(v any) ExtraKey {
+func treeTokens(v any, ev *rawEvent) string {
+	ev.Bigram = false
+	if v == nil {
+		ev.Tokens = nil
+		return ""
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return "want array"
+	}
+	if len(list) > 0 {
+		if _, bigram := list[0].([]any); bigram {
+			return treeBigrams(list, ev)
+		}
+	}
+	toks := make([]uint32, 0, len(list))
+	for _, e := range list {
+		t, msg := treeToken(e)
+		if msg != "" {
+			return msg
+		}
+		toks = append(toks, t)
+	}
+	ev.Tokens = toks
+	return ""
+}
+
+func treeBigrams(list []any, ev *rawEvent) string {
+	toks := make([]uint32, 0, len(list)+1)
+	var last uint32
+	for _, e := range list {
+		pair, ok := e.([]any)
+		if !ok {
+			return "want array"
+		}
+		if len(pair) != 2 {
+			return "bigram length"
+		}
+		a, msg := treeToken(pair[0])
+		if msg != "" {
+			return msg
+		}
+		b, msg := treeToken(pair[1])
+		if msg != "" {
+			return msg
+		}
+		toks = append(toks, a)
+		last = b
+	}
+	ev.Tokens, ev.Bigram = append(toks, last), true
+	return ""
+}
+
+func treeLoRAName(v any, ev *rawEvent) string {
+	if m, ok := v.(map[any]any); ok && wire.loraSlotSalt {
+		ev.LoRAName = nil
+		if sv, ok := m[fieldNames[fCacheSalt]]; ok {
+			s, has, msg := treeOptStr(sv)
+			if msg != "" {
+				return msg
+			}
+			ev.HasCacheSalt, ev.CacheSalt = has, s
+		}
+		return ""
+	}
+	s, _, msg := treeOptStr(v)
+	ev.LoRAName = s
+	return msg
+}
+
+func treeExtraKeys(v any, ev *rawEvent) string {
+	if v == nil {
+		ev.ExtraKeys = nil
+		return ""
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return "want array"
+	}
+	ek := make([]extraKeys, 0, len(list))
+	for _, e := range list {
+		if e == nil {
+			ek = append(ek, extraKeys{})
+			continue
+		}
+		items, ok := e.([]any)
+		if !ok {
+			return "want array"
+		}
+		var out []extraKey
+		for _, it := range items {
+			out = append(out, treeExtraItem(it))
+		}
+		ek = append(ek, extraKeys{Present: true, Items: out})
+	}
+	ev.ExtraKeys = ek
+	return ""
+}
+
+func treeExtraItem(v any) extraKey {
 	switch x := v.(type) {
 	case string:
-		return ExtraKey{Kind: ExtraStr, Str: []byte(x)}
+		return extraKey{Kind: extraStr, Str: []byte(x)}
 	case []byte:
-		return ExtraKey{Kind: ExtraBytes, Str: x}
+		return extraKey{Kind: extraBytes, Str: x}
 	case []any:
 		if len(x) == 2 {
 			var id []byte
@@ -453,16 +450,16 @@ func treeExtraItem(v any) ExtraKey {
 			case []byte:
 				id = s
 			default:
-				return ExtraKey{}
+				return extraKey{}
 			}
 			if u, _, ok := treeInt(x[1]); ok {
-				return ExtraKey{Kind: ExtraPair, Str: id, Int: int64(u)}
+				return extraKey{Kind: extraPair, Str: id, Int: int64(u)}
 			}
 		}
-		return ExtraKey{}
+		return extraKey{}
 	}
 	if u, _, ok := treeInt(v); ok {
-		return ExtraKey{Kind: ExtraInt, Int: int64(u)}
+		return extraKey{Kind: extraInt, Int: int64(u)}
 	}
-	return ExtraKey{}
+	return extraKey{}
 }
