@@ -23,7 +23,7 @@ type Config struct {
 	// PrefillWeight multiplies prefill blocks in the cost. DefaultConfig's
 	// weight is above 1 because on the Mooncake trace in bench/ 2.0 beat 1.0
 	// on hit rate and TTFT at every cache size measured, with the same
-	// balance (the README's Performance section has the figures).
+	// balance (docs/benchmarks.md has the sweep).
 	PrefillWeight float64
 	// TierWeights is the overlap credit of a matched block by its best tier,
 	// indexed by kv.Tier; each within 0..1.
