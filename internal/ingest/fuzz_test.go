@@ -29,13 +29,13 @@ func FuzzApplier(f *testing.F) {
 		rp := &engineReplayer{keep: uint64(keep)}
 		r := &rank{worker: "w", sink: rec, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ctx: context.Background()}
 		if keep > 0 {
-			r.replay = rp
+			r.replay, r.seq.canReplay = rp, true
 		}
 		r.onConnect()
 		for _, op := range ops {
 			switch op % 3 {
 			case 0: // published and delivered
-				r.live(rp.publish(), seqPayload(rp.published-1))
+				r.onBatch(rp.publish(), nil, seqPayload(rp.published-1))
 			case 1: // published, dropped on the live socket
 				rp.publish()
 			case 2: // the connection drops and comes back
@@ -43,7 +43,7 @@ func FuzzApplier(f *testing.F) {
 			}
 		}
 		last := rp.publish()
-		r.live(last, seqPayload(last))
+		r.onBatch(last, nil, seqPayload(last))
 
 		var prev int64 = -1
 		clears := 0
@@ -117,7 +117,7 @@ func FuzzApplierRestarts(f *testing.F) {
 		}
 		rec := &genSink{}
 		rp := &genReplayer{keep: uint64(keep)}
-		r := &rank{worker: "w", sink: rec, replay: rp, ctx: context.Background(),
+		r := &rank{worker: "w", sink: rec, replay: rp, seq: seqState{canReplay: true}, ctx: context.Background(),
 			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		r.onConnect()
 		down := false
@@ -126,7 +126,7 @@ func FuzzApplierRestarts(f *testing.F) {
 			case 0: // published, and delivered unless the connection is down
 				seq := rp.publish()
 				if !down {
-					r.live(seq, genPayload(seq, rp.gen))
+					r.onBatch(seq, nil, genPayload(seq, rp.gen))
 				}
 			case 1: // published, dropped on the live socket
 				rp.publish()
@@ -143,7 +143,7 @@ func FuzzApplierRestarts(f *testing.F) {
 			r.onConnect()
 		}
 		last := rp.publish()
-		r.live(last, genPayload(last, rp.gen))
+		r.onBatch(last, nil, genPayload(last, rp.gen))
 
 		since := rec.trace
 		for i := len(rec.trace) - 1; i >= 0; i-- {

@@ -233,6 +233,7 @@ func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
 			return nil, err
 		}
 		r.replay = &replayClient{ep: rep, dialer: dialer, timeout: m.cfg.ReplayTimeout}
+		r.seq.canReplay = true
 	}
 	id := kv.WorkerRank{ID: w.ID, DPRank: uint32(dp)}
 	if m.cfg.newSink != nil {

@@ -17,29 +17,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
-// sink applies one rank's batches in order. One goroutine uses it at a time.
-type sink interface {
-	// apply decodes one batch and applies it to the index, accumulating
-	// counts into st. An error means the batch could not be decoded at all.
-	apply(payload []byte, st *batchStats) error
-	// reset drops everything the rank holds in the index and forgets the
-	// decoder's learned state.
-	reset()
-	// cached reports the number of blocks the rank holds in the index.
-	cached() uint64
-}
-
-// replayer asks the engine for its buffered batches from start on, calling
-// fn for each, up to the end marker. An error from fn ends the replay and is
-// returned (wrapped).
-type replayer interface {
-	replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error
-}
-
-// errReplayOrder marks a replay whose seqs do not strictly increase: a peer
-// repeating or reordering batches (possibly forever) is cut off.
-var errReplayOrder = errors.New("replay seqs out of order")
-
 // item is one entry of a rank's queue: a batch, or the news that a new
 // connection is up.
 type item struct {
@@ -86,19 +63,12 @@ type rank struct {
 	malformed      atomic.Uint64
 
 	// Applier state, owned by the applier goroutine.
-	hasLast   bool
-	last      uint64
-	lastSum   uint64 // XXH64 of the payload applied at last
-	covered   bool   // a replay on this connection applied up to coveredTo
-	coveredTo uint64 //
-	liveSeen  bool   // a live batch arrived on this connection
-	liveLast  uint64 //
-	// fromZero: a replay found the engine's buffer empty, so the engine's
-	// next batch is seq 0 and a later first seq is a gap.
-	fromZero bool
-	epoch    []byte // last sgl-kv-epoch seen in the topic
-	st       batchStats
-	logLimit rateLimit
+	seq       seqState
+	acts      []seqAction // the current step's actions
+	replyActs []seqAction // a replay reply's, while a step's replay runs
+	replayErr error       // the last replay's error, for its log line
+	st        batchStats
+	logLimit  rateLimit
 }
 
 // start binds (bind mode) and starts the rank's goroutines.
@@ -332,8 +302,7 @@ func (r *rank) applyLoop() {
 				r.onConnect()
 				continue
 			}
-			r.checkEpoch(it.topic, it.seq)
-			r.live(it.seq, it.payload)
+			r.onBatch(it.seq, it.topic, it.payload)
 		}
 	}
 }
@@ -347,233 +316,125 @@ func (r *rank) dequeued(it item) {
 	}
 }
 
-// onConnect starts a new connection's sequence bookkeeping and, when the
-// engine has a replay endpoint, catches up from seq 0 so the rank sees the
-// engine's current cache. A buffer that ends below the last seq applied means
-// the engine restarted while the connection was down.
-func (r *rank) onConnect() {
-	r.covered, r.liveSeen = false, false
-	if r.replay == nil {
-		return
-	}
-	hadLast, last := r.hasLast, r.last
-	maxSeen, seen, other, err := r.replayFrom(0)
-	switch {
-	case other:
-		// The buffer's batch at the last applied seq is not the one applied:
-		// a new incarnation has already published past it.
-		r.restart("replay buffer holds another batch at the last applied seq", last, maxSeen)
-		maxSeen, seen, _, err = r.replayFrom(0)
-	case err == nil && hadLast && (!seen || maxSeen < last):
-		r.restart("replay buffer ends before the last applied seq", last, maxSeen)
-		maxSeen, seen, _, err = r.replayFrom(0)
-	}
-	r.markCovered(maxSeen, seen, err)
-	if err != nil {
-		r.replayFailed(err)
-		return
-	}
-	r.fromZero = !r.hasLast
+// onConnect tells the sequence state machine that a new connection is up.
+func (r *rank) onConnect() { r.handle(seqInput{kind: inConnect}, nil) }
+
+// onBatch hands it one batch from the live stream.
+func (r *rank) onBatch(seq uint64, topic, payload []byte) {
+	in := seqInput{kind: inLive, seq: seq, sum: xxhash.Sum64(payload), epoch: topicEpoch(topic)}
+	r.handle(in, payload)
 }
 
-// live handles one batch from the live stream.
-func (r *rank) live(seq uint64, payload []byte) {
-	if r.hasLast && seq <= r.last {
-		if r.covered && seq <= r.coveredTo && (!r.liveSeen || seq > r.liveLast) {
-			// A replay on this connection already applied it.
-			r.liveSeen, r.liveLast = true, seq
+// handle steps one input into the sequence state machine and carries out its
+// actions. A replay it asks for runs here: its replies are stepped in as they
+// arrive, then its end (or failure), until the state machine asks for no
+// more. payload is the live batch's, for the actions that apply it.
+func (r *rank) handle(in seqInput, payload []byte) {
+	acts := r.seq.step(in, r.acts[:0])
+	for {
+		from, replay, _ := r.execute(acts, payload)
+		r.acts = acts[:0]
+		if !replay {
 			return
 		}
-		r.restartAndCatchUp("seq went backwards", seq)
-	}
-	r.liveSeen, r.liveLast = true, seq
-	switch {
-	case r.hasLast && seq > r.last+1:
-		r.fillGap(r.last+1, seq)
-	case !r.hasLast && r.fromZero && seq > 0:
-		r.fillGap(0, seq)
-	}
-	if r.ctx.Err() != nil {
-		return // stopped during the replay: leave the index as it is
-	}
-	if r.hasLast && seq <= r.last {
-		return // the replay applied it
-	}
-	if r.hasLast && seq != r.last+1 {
-		// The replay ended short of seq: the hole stays.
-		r.lost("replay did not reach the live seq", r.last+1, seq)
-	}
-	r.apply(seq, payload)
-}
-
-// restartAndCatchUp clears the rank for a new engine incarnation and, when
-// the engine has a replay endpoint, applies its buffer from seq 0.
-func (r *rank) restartAndCatchUp(why string, got uint64) {
-	r.restart(why, r.last, got)
-	if r.replay == nil {
-		return
-	}
-	maxSeen, seen, _, err := r.replayFrom(0)
-	r.markCovered(maxSeen, seen, err)
-	if err != nil {
-		r.replayFailed(err)
-		return
-	}
-	r.fromZero = !r.hasLast
-}
-
-// epochKey marks SGLang's per-incarnation topic suffix.
-var epochKey = []byte("sgl-kv-epoch=")
-
-// checkEpoch treats a change of the topic's sgl-kv-epoch as an engine
-// restart, even when the new incarnation's seq has passed the old one's.
-func (r *rank) checkEpoch(topic []byte, seq uint64) {
-	i := bytes.Index(topic, epochKey)
-	if i < 0 {
-		return
-	}
-	ep := topic[i+len(epochKey):]
-	if bytes.Equal(ep, r.epoch) {
-		return
-	}
-	changed := r.epoch != nil
-	r.epoch = append(r.epoch[:0], ep...)
-	if changed && r.hasLast {
-		r.restartAndCatchUp("topic epoch changed", seq)
+		acts = r.seq.step(r.runReplay(from), r.acts[:0])
 	}
 }
 
-// fillGap replays the batches from..seq-1 that the live socket missed.
-func (r *rank) fillGap(from, seq uint64) {
-	r.gaps.Add(1)
-	if r.met != nil {
-		r.met.gaps.Inc()
-	}
-	if r.replay == nil {
-		r.lost("gap and no replay endpoint", from, seq)
-		return
-	}
-	r.log.Info("kv events: gap, replaying", "from", from, "live", seq)
-	maxSeen, seen, _, err := r.replayFrom(from)
-	if err != nil && r.ctx.Err() != nil {
-		return // stopping: the replay was abandoned, not failed
-	}
-	if err != nil {
-		r.replayFailed(err) // counted once; the hole is cleared below
-		if r.hasLast && seq > r.last+1 {
-			r.log.Warn("kv events: gap not recovered, clearing worker rank and rebuilding",
-				"missing_from", r.last+1, "resumes_at", seq)
-			r.reset()
-		}
-	}
-	r.markCovered(maxSeen, seen, err)
-}
-
-// markCovered records, after a replay on this connection, up to which seq
-// live batches are copies of what the rank already applied. A replay that
-// failed covers only what it delivered: without this, the live copies of
-// batches it applied before failing would be taken for an engine restart.
-func (r *rank) markCovered(maxSeen uint64, seen bool, err error) {
-	switch {
-	case err == nil:
-		r.covered, r.coveredTo = r.hasLast, r.last
-	case seen && r.hasLast:
-		r.covered, r.coveredTo = true, min(r.last, maxSeen)
-	}
-}
-
-// replayFrom applies what the engine's buffer holds from start on. A buffer
-// that starts above what the rank needs means history was lost: the rank is
-// cleared and rebuilt from what the buffer has (counted as a replay failure).
-// other reports that the buffer's batch at the last applied seq differs from
-// the one applied (another engine incarnation); nothing after it is applied.
-func (r *rank) replayFrom(start uint64) (maxSeen uint64, seen, other bool, err error) {
+// runReplay asks the engine for its buffer from seq from on and returns how
+// the replay ended. A rank stopped under it abandoned it: it did not fail.
+func (r *rank) runReplay(from uint64) seqInput {
 	r.replays.Add(1)
 	if r.met != nil {
 		r.met.replays.Inc()
 	}
-	first := true
-	err = r.replay.replay(r.ctx, start, func(seq uint64, payload []byte) error {
-		if seen && seq <= maxSeen {
-			return fmt.Errorf("%w: %d after %d", errReplayOrder, seq, maxSeen)
-		}
-		maxSeen, seen = seq, true
-		if other {
-			return nil
-		}
-		if r.hasLast && seq == r.last && xxhash.Sum64(payload) != r.lastSum {
-			other = true
-			return nil
-		}
-		if first {
-			first = false
-			if !r.hasLast && seq > start {
-				r.lost("replay buffer starts above the requested seq", start, seq)
-			}
-		}
-		if r.hasLast {
-			if seq <= r.last {
-				return nil
-			}
-			if seq > r.last+1 {
-				r.lost("replay buffer starts above the requested seq", r.last+1, seq)
-			}
-		}
-		r.apply(seq, payload)
-		return nil
-	})
-	return maxSeen, seen, other, err
-}
-
-// lost clears the rank after batches [want, got) could not be recovered; the
-// rank is rebuilt from what arrives next.
-func (r *rank) lost(why string, want, got uint64) {
-	r.replayFailures.Add(1)
-	if r.met != nil {
-		r.met.replayFailures.Inc()
+	err := r.replay.replay(r.ctx, from, r.onReply)
+	switch {
+	case r.ctx.Err() != nil:
+		return seqInput{kind: inReplayAbandoned}
+	case err != nil:
+		r.replayErr = err
+		return seqInput{kind: inReplayFailed}
 	}
-	r.log.Warn("kv events: history lost, clearing worker rank and rebuilding",
-		"reason", why, "missing_from", want, "resumes_at", got)
-	r.reset()
+	return seqInput{kind: inReplayEnd}
 }
 
-// replayFailed records a replay request that failed outright.
-func (r *rank) replayFailed(err error) {
-	if r.ctx.Err() != nil {
-		return
+// onReply steps one replayed batch in; an error cuts the replay off.
+func (r *rank) onReply(seq uint64, payload []byte) error {
+	acts := r.seq.step(seqInput{kind: inReplayReply, seq: seq, sum: xxhash.Sum64(payload)}, r.replyActs[:0])
+	_, _, cut := r.execute(acts, payload)
+	r.replyActs = acts[:0]
+	return cut
+}
+
+// execute carries out one step's actions; payload is the batch the step was
+// about. It returns the replay asked for, if any, and the error that cuts
+// off a replay whose seqs do not increase.
+func (r *rank) execute(acts []seqAction, payload []byte) (from uint64, replay bool, cut error) {
+	for i := range acts {
+		switch a := &acts[i]; a.kind {
+		case actApply:
+			r.apply(a.seq, payload)
+		case actClear:
+			r.sink.reset()
+		case actReplay:
+			from, replay = a.seq, true
+		case actCutReplay:
+			cut = fmt.Errorf("%w: %d after %d", errReplayOrder, a.seq, a.arg)
+		case actCount:
+			r.count(a.counter)
+		case actLog:
+			r.logNote(a)
+		}
 	}
-	r.replayFailures.Add(1)
-	if r.met != nil {
-		r.met.replayFailures.Inc()
+	return from, replay, cut
+}
+
+// count adds one to a status counter and its metric.
+func (r *rank) count(c seqCounter) {
+	switch c {
+	case countGaps:
+		r.gaps.Add(1)
+		if r.met != nil {
+			r.met.gaps.Inc()
+		}
+	case countReplayFailures:
+		r.replayFailures.Add(1)
+		if r.met != nil {
+			r.met.replayFailures.Inc()
+		}
+	case countRestarts:
+		r.restarts.Add(1)
+		if r.met != nil {
+			r.met.restarts.Inc()
+		}
+		r.lastSeq.Store(0) // nothing of the new incarnation applied yet
 	}
-	r.log.Warn("kv events: replay failed", "err", err)
 }
 
-// restart records an engine restart and clears the rank.
-func (r *rank) restart(why string, last, got uint64) {
-	r.restarts.Add(1)
-	if r.met != nil {
-		r.met.restarts.Inc()
+// logNote writes the log line an action asks for.
+func (r *rank) logNote(a *seqAction) {
+	n := &seqNotes[a.note]
+	var args []any
+	switch {
+	case a.note == noteReplayFailed:
+		args = []any{"err", r.replayErr}
+	case a.reason != "":
+		args = []any{"reason", a.reason, n.seqKey, a.seq, n.argKey, a.arg}
+	default:
+		args = []any{n.seqKey, a.seq, n.argKey, a.arg}
 	}
-	r.log.Warn("kv events: engine restarted, clearing worker rank",
-		"reason", why, "last_seq", last, "seq", got)
-	r.reset()
-	r.liveSeen = false
-	r.lastSeq.Store(0) // nothing of the new incarnation applied yet
+	if n.warn {
+		r.log.Warn(n.msg, args...)
+	} else {
+		r.log.Info(n.msg, args...)
+	}
 }
 
-// reset clears the rank in the index and the decoder, and forgets the seq.
-func (r *rank) reset() {
-	r.sink.reset()
-	r.hasLast, r.covered, r.fromZero = false, false, false
-}
-
-// apply decodes and applies one batch and records it as the last seq.
+// apply decodes and applies one batch.
 func (r *rank) apply(seq uint64, payload []byte) {
 	r.st.reset()
 	err := r.sink.apply(payload, &r.st)
-	r.hasLast, r.last, r.fromZero = true, seq, false
-	r.lastSum = xxhash.Sum64(payload)
 	r.lastSeq.Store(seq)
 	if err != nil {
 		r.decodeErrors.Add(1)

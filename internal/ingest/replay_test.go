@@ -96,7 +96,7 @@ func TestReplayPeerMisbehaves(t *testing.T) {
 			ep := replayPeer(t, tc.replies)
 			rec := &recordSink{}
 			var errs []string
-			r := &rank{worker: "w", sink: rec, ctx: context.Background(),
+			r := &rank{worker: "w", sink: rec, ctx: context.Background(), seq: seqState{canReplay: true},
 				log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				replay: &errRecorder{
 					replayer: &replayClient{ep: ep, dialer: &net.Dialer{Timeout: waitFor}, timeout: 300 * time.Millisecond},
@@ -116,9 +116,9 @@ func TestReplayPeerMisbehaves(t *testing.T) {
 			// a copy of one the replay applied does not.
 			next := uint64(len(rec.trace))
 			if next > 0 {
-				r.live(next-1, seqPayload(next-1))
+				r.onBatch(next-1, nil, seqPayload(next-1))
 			}
-			r.live(next, seqPayload(next))
+			r.onBatch(next, nil, seqPayload(next))
 			want := strings.TrimSpace(tc.wantTrace + " " + seqString(next))
 			if got := strings.Join(rec.trace, " "); got != want {
 				t.Errorf("after live batches: trace %q, want %q", got, want)
@@ -151,11 +151,11 @@ func TestStopDuringGapReplay(t *testing.T) {
 	defer cancel()
 	rec := &recordSink{}
 	rp := &cancelReplayer{hi: 1, cancel: cancel}
-	r := &rank{worker: "w", sink: rec, ctx: ctx, replay: rp,
+	r := &rank{worker: "w", sink: rec, ctx: ctx, replay: rp, seq: seqState{canReplay: true},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	r.onConnect() // applies 0 and 1
 	rp.cancelNext = true
-	r.live(5, seqPayload(5)) // a gap: the replay is cut short by the stop
+	r.onBatch(5, nil, seqPayload(5)) // a gap: the replay is cut short by the stop
 	if got := strings.Join(rec.trace, " "); got != "0 1" {
 		t.Errorf("trace %q, want %q (nothing cleared or applied after the stop)", got, "0 1")
 	}

@@ -10,6 +10,18 @@ import (
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
+// sink applies one rank's batches in order. One goroutine uses it at a time.
+type sink interface {
+	// apply decodes one batch and applies it to the index, accumulating
+	// counts into st. An error means the batch could not be decoded at all.
+	apply(payload []byte, st *batchStats) error
+	// reset drops everything the rank holds in the index and forgets the
+	// decoder's learned state.
+	reset()
+	// cached reports the number of blocks the rank holds in the index.
+	cached() uint64
+}
+
 // indexSink decodes a rank's batches with its own normalizer and applies the
 // normalized events to the index.
 type indexSink struct {

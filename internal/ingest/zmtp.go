@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -76,9 +75,6 @@ func checkMetadata(p []byte) error {
 
 func (nullSecurity) Encrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
 func (nullSecurity) Decrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
-
-// endSeq is the replay end marker: seq -1.
-const endSeq = ^uint64(0)
 
 // handshakeTimeout bounds the ZMTP greeting and READY exchange.
 const handshakeTimeout = 5 * time.Second
@@ -175,75 +171,6 @@ func subscribe(c *zmq4.Conn, topic []byte) error {
 	frame[0] = 1
 	copy(frame[1:], topic)
 	return c.SendMsg(zmq4.NewMsg(frame))
-}
-
-// errReplayMalformed marks a replay reply that is neither reply shape.
-var errReplayMalformed = errors.New("malformed replay reply")
-
-// replayClient asks an engine's ROUTER replay socket for buffered batches.
-type replayClient struct {
-	ep      Endpoint
-	dialer  *net.Dialer
-	timeout time.Duration // per-reply idle timeout
-}
-
-// replay sends ["", start] on a fresh DEALER connection and calls fn for
-// every buffered batch up to the end marker. It accepts both reply shapes:
-// ["", seq, payload] and ["", topic, seq, payload]. It returns when the end
-// marker arrives, fn fails, a reply is malformed, a reply does not arrive in
-// time, or ctx ends.
-func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error {
-	nc, err := rc.dialer.DialContext(ctx, rc.ep.network(), rc.ep.Address)
-	if err != nil {
-		return fmt.Errorf("replay dial %s: %w", rc.ep, err)
-	}
-	defer nc.Close()
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
-	defer stop()
-
-	c, err := openZMTP(nc, zmq4.Dealer, false)
-	if err != nil {
-		return fmt.Errorf("replay handshake %s: %w", rc.ep, err)
-	}
-	var req [8]byte
-	binary.BigEndian.PutUint64(req[:], start)
-	_ = nc.SetWriteDeadline(time.Now().Add(rc.timeout))
-	if err := c.SendMsg(zmq4.NewMsgFrom([]byte{}, req[:])); err != nil {
-		return fmt.Errorf("replay request %s: %w", rc.ep, err)
-	}
-	for {
-		_ = nc.SetReadDeadline(time.Now().Add(rc.timeout))
-		msg, err := c.RecvMsg()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("replay recv %s: %w", rc.ep, err)
-		}
-		if msg.Type == zmq4.CmdMsg {
-			continue
-		}
-		f := msg.Frames
-		var seqFrame, payload []byte
-		switch {
-		case len(f) == 3 && len(f[0]) == 0:
-			seqFrame, payload = f[1], f[2]
-		case len(f) == 4 && len(f[0]) == 0:
-			seqFrame, payload = f[2], f[3]
-		default:
-			return fmt.Errorf("replay %s: %w: %d frames", rc.ep, errReplayMalformed, len(f))
-		}
-		if len(seqFrame) != 8 {
-			return fmt.Errorf("replay %s: %w: seq frame of %d bytes", rc.ep, errReplayMalformed, len(seqFrame))
-		}
-		seq := binary.BigEndian.Uint64(seqFrame)
-		if seq == endSeq {
-			return nil
-		}
-		if err := fn(seq, payload); err != nil {
-			return fmt.Errorf("replay %s: %w", rc.ep, err)
-		}
-	}
 }
 
 // maxMessageBytes bounds one received ZMTP message (all its frames).

@@ -1,0 +1,636 @@
+package ingest
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// seqState is one rank's sequence rules as a state machine that does no I/O:
+// step takes one input (a connection came up, a live batch, a replay reply,
+// the replay's end or failure) and appends what the rank must do (apply a
+// batch, clear the rank, ask for a replay, count, log). The rank's shell
+// (rank.go) owns the sockets and the clock, carries the actions out and feeds
+// a replay's replies and end back in; testdata/seq/*.txt drive it directly.
+//
+// A replay the state machine asks for is in progress until its end, failure
+// or abandonment is stepped in; meanwhile only its replies are expected. A
+// live batch that started a replay waits in the state machine and is handled
+// further once the replay is over.
+type seqState struct {
+	// canReplay: the engine has a replay endpoint.
+	canReplay bool
+
+	held seqHeld
+	conn seqConn
+	// epoch is the last SGLang sgl-kv-epoch seen in a topic (nil: none yet).
+	epoch []byte
+
+	rp      replayRun   // the replay in progress, if rp.purpose != replayNone
+	pending pendingLive // the live batch waiting for rp, if pending.ok
+
+	out []seqAction // the current step's actions
+	// taken has bit r set once rule r was followed (tests check that the
+	// scripts follow every rule).
+	taken uint64
+}
+
+// seqHeld is what the rank holds since it was last cleared.
+type seqHeld struct {
+	ok   bool   // a batch was applied since the last clear
+	last uint64 // the last seq applied
+	sum  uint64 // XXH64 of its payload: another incarnation's batch differs
+	// fromZero: a catch-up found the engine's buffer empty, so the engine's
+	// next batch is seq 0 and a later first seq is a gap.
+	fromZero bool
+}
+
+// seqConn is what the current connection has shown.
+type seqConn struct {
+	// covered: a replay on this connection applied up to coveredTo, so live
+	// batches up to there are copies of what the rank holds.
+	covered   bool
+	coveredTo uint64
+	// liveSeen: a live batch arrived on this connection, liveLast the last.
+	liveSeen bool
+	liveLast uint64
+}
+
+// covers reports whether live batch seq is the copy of one a replay on this
+// connection already applied (a second copy of it is not).
+func (c *seqConn) covers(seq uint64) bool {
+	return c.covered && seq <= c.coveredTo && (!c.liveSeen || seq > c.liveLast)
+}
+
+// replayPurpose says why a replay was asked for, which decides what its end
+// means.
+type replayPurpose uint8
+
+const (
+	replayNone replayPurpose = iota
+	// replayCatchUp: a new connection asks for the engine's whole buffer and
+	// checks it against what the rank holds (same engine, or a new one).
+	replayCatchUp
+	// replayRebuild: after an engine restart, the new incarnation's buffer.
+	replayRebuild
+	// replayGap: the batches a live gap skipped.
+	replayGap
+	numReplayPurposes
+)
+
+var replayPurposeNames = [numReplayPurposes]string{"none", "catch-up", "rebuild", "gap"}
+
+// replayRun is the progress of one replay.
+type replayRun struct {
+	purpose replayPurpose
+	from    uint64 // the first seq asked for
+	seen    bool   // a reply arrived; maxSeen is the last one's seq
+	maxSeen uint64
+	// other: the buffer's batch at the last applied seq is not the one
+	// applied (another engine incarnation); nothing after it is applied.
+	other bool
+	// heldBefore and lastBefore are what the rank held when it asked.
+	heldBefore bool
+	lastBefore uint64
+}
+
+// liveStage is where the live rules resume for a batch that waited for a
+// replay.
+type liveStage uint8
+
+const (
+	stageBackwards liveStage = iota // is the batch behind what the rank holds?
+	stageGap                        // is it ahead of it?
+	stageApply                      // apply it unless a replay already did
+	numLiveStages
+)
+
+var liveStageNames = [numLiveStages]string{"backwards", "gap", "apply"}
+
+// pendingLive is a live batch waiting for a replay.
+type pendingLive struct {
+	ok       bool
+	seq, sum uint64
+	next     liveStage
+}
+
+// seqInputKind is what happened.
+type seqInputKind uint8
+
+const (
+	inConnect         seqInputKind = iota // a new connection to the publisher is up
+	inLive                                // a batch from the live stream
+	inReplayReply                         // one batch of the replay in progress
+	inReplayEnd                           // the replay reached the engine's end marker
+	inReplayFailed                        // the replay failed (error, timeout, or cut off)
+	inReplayAbandoned                     // the rank stopped during the replay
+	numSeqInputs
+)
+
+var seqInputNames = [numSeqInputs]string{"connect", "live", "replay-reply", "replay-end", "replay-failed", "replay-abandoned"}
+
+// seqInput is one input. A batch is known by its seq and its payload's XXH64.
+type seqInput struct {
+	kind  seqInputKind
+	seq   uint64 // inLive, inReplayReply
+	sum   uint64 // inLive, inReplayReply
+	epoch []byte // inLive: the topic's sgl-kv-epoch value (nil: the topic has none)
+}
+
+// seqActionKind is what the shell must do.
+type seqActionKind uint8
+
+const (
+	actApply     seqActionKind = iota // apply the batch in hand (seq): the reply, or the live batch
+	actClear                          // clear the rank in the index and reset its decoder
+	actReplay                         // ask for the buffer from seq on (counted) and step its replies in
+	actCutReplay                      // end the replay: reply seq does not follow arg
+	actCount                          // add one to counter
+	actLog                            // log note, with reason, seq and arg
+	numSeqActions
+)
+
+var seqActionNames = [numSeqActions]string{"apply", "clear", "request-replay", "cut-replay", "count", "log"}
+
+// seqCounter is a counter an action adds to.
+type seqCounter uint8
+
+const (
+	countGaps           seqCounter = iota // sequence gaps on the live stream
+	countReplayFailures                   // lost history and failed replays
+	countRestarts                         // engine restarts (LastSeq reads 0 until the next apply)
+	numSeqCounters
+)
+
+var seqCounterNames = [numSeqCounters]string{"gaps", "replay-failures", "engine-restarts"}
+
+// seqNote is a log line an action asks for.
+type seqNote uint8
+
+const (
+	noteGapReplaying    seqNote = iota // a gap [seq, arg) is being replayed
+	noteHistoryLost                    // batches [seq, arg) are gone: clearing and rebuilding
+	noteGapNotRecovered                // the gap replay failed short of arg
+	noteRestarted                      // the engine restarted: last applied seq, the seq that showed it
+	noteReplayFailed                   // the replay failed (the shell adds its error)
+	numSeqNotes
+)
+
+// seqNotes are the notes' names, messages, and the names of their seq and
+// arg fields.
+var seqNotes = [numSeqNotes]struct {
+	name, msg      string
+	warn           bool
+	seqKey, argKey string
+}{
+	noteGapReplaying:    {"gap-replaying", "kv events: gap, replaying", false, "from", "live"},
+	noteHistoryLost:     {"history-lost", "kv events: history lost, clearing worker rank and rebuilding", true, "missing_from", "resumes_at"},
+	noteGapNotRecovered: {"gap-not-recovered", "kv events: gap not recovered, clearing worker rank and rebuilding", true, "missing_from", "resumes_at"},
+	noteRestarted:       {"engine-restarted", "kv events: engine restarted, clearing worker rank", true, "last_seq", "seq"},
+	noteReplayFailed:    {"replay-failed", "kv events: replay failed", true, "", ""},
+}
+
+// seqAction is one thing to do.
+type seqAction struct {
+	kind    seqActionKind
+	counter seqCounter // actCount
+	note    seqNote    // actLog
+	reason  string     // actLog: why, for noteHistoryLost and noteRestarted
+	seq     uint64     // actApply, actReplay (from), actCutReplay (the reply), actLog
+	arg     uint64     // actCutReplay (the seq before), actLog
+}
+
+func (a seqAction) String() string {
+	switch a.kind {
+	case actApply:
+		return fmt.Sprintf("apply %d", a.seq)
+	case actReplay:
+		return fmt.Sprintf("request-replay from=%d", a.seq)
+	case actCutReplay:
+		return fmt.Sprintf("cut-replay seq=%d after=%d", a.seq, a.arg)
+	case actCount:
+		return "count " + seqCounterNames[a.counter]
+	case actLog:
+		n := &seqNotes[a.note]
+		s := "log " + n.name
+		if n.seqKey != "" {
+			s += fmt.Sprintf(" %s=%d %s=%d", n.seqKey, a.seq, n.argKey, a.arg)
+		}
+		if a.reason != "" {
+			s += fmt.Sprintf(" reason=%q", a.reason)
+		}
+		return s
+	}
+	return seqActionNames[a.kind]
+}
+
+// seqRule names each decision step makes; taken records which were followed.
+type seqRule uint8
+
+const (
+	ruleUnexpected       seqRule = iota // an input the phase does not expect: ignored
+	ruleConnectNoReplay                 // a connection without a replay endpoint: nothing to ask
+	ruleConnectCatchUp                  // a connection asks for the engine's whole buffer
+	ruleEpochNoted                      // a first epoch, or a new one while nothing is held
+	ruleEpochRestart                    // a new epoch while the rank holds batches: restart
+	ruleLiveCovered                     // a live copy of a batch this connection's replay applied
+	ruleLiveBackwards                   // a live seq at or below the last applied: restart
+	ruleRestartNoReplay                 // a restart without a replay endpoint: go on live
+	ruleRestartRebuild                  // a restart asks for the new incarnation's buffer
+	ruleGapAfterLast                    // a live seq past last+1
+	ruleGapFromZero                     // a first live seq above 0 after an empty buffer
+	ruleGapNoReplay                     // a gap with no replay endpoint: history lost
+	ruleGapReplay                       // a gap is replayed
+	ruleLiveApply                       // a live batch is applied
+	ruleLiveReplayed                    // the gap replay already applied the live batch
+	ruleLiveShort                       // the gap replay ended short of the live batch: history lost
+	ruleReplyCut                        // a reply whose seq does not increase: the replay is cut off
+	ruleReplyAfterOther                 // a reply after another incarnation's batch: skipped
+	ruleReplyOther                      // the reply at the last applied seq is another batch
+	ruleReplyStartsAbove                // a first reply above what was asked, nothing held: history lost
+	ruleReplyHeld                       // a reply the rank holds: skipped
+	ruleReplyJump                       // a reply past last+1: history lost
+	ruleReplyApply                      // a reply is applied
+	ruleCatchUpOther                    // the catch-up found another incarnation: restart, rebuild
+	ruleCatchUpShort                    // the catch-up's buffer ends below the last applied: restart, rebuild
+	ruleCatchUpDone                     // the catch-up ended
+	ruleCatchUpFailed                   // the catch-up failed
+	ruleRebuildDone                     // the rebuild ended
+	ruleRebuildFailed                   // the rebuild failed
+	ruleGapDone                         // the gap replay ended
+	ruleGapFailed                       // the gap replay failed after reaching the live batch
+	ruleGapFailedHole                   // the gap replay failed short of the live batch: cleared
+	ruleCoveredPartly                   // a failed replay covers what it delivered
+	ruleAbandoned                       // the rank stopped during the replay: nothing more
+	numSeqRules
+)
+
+// seqState.taken has a bit per rule.
+var _ [64 - numSeqRules]struct{}
+
+func (s *seqState) took(r seqRule) { s.taken |= 1 << r }
+
+func (s *seqState) emit(a seqAction) { s.out = append(s.out, a) }
+
+// step handles one input, appending the actions to out.
+func (s *seqState) step(in seqInput, out []seqAction) []seqAction {
+	s.out = out
+	replaying := s.rp.purpose != replayNone
+	switch {
+	case in.kind == inConnect && !replaying:
+		s.connect()
+	case in.kind == inLive && !replaying:
+		s.live(in)
+	case in.kind == inReplayReply && replaying:
+		s.reply(in)
+	case in.kind >= inReplayEnd && replaying:
+		s.replayDone(in.kind)
+	default:
+		s.took(ruleUnexpected)
+	}
+	out, s.out = s.out, nil
+	return out
+}
+
+// connect starts a new connection's bookkeeping and, when the engine has a
+// replay endpoint, catches up from seq 0 so the rank sees the engine's current
+// cache (and, at the end, whether this is still the engine it followed).
+func (s *seqState) connect() {
+	s.conn = seqConn{}
+	if !s.canReplay {
+		s.took(ruleConnectNoReplay)
+		return
+	}
+	s.took(ruleConnectCatchUp)
+	s.requestReplay(replayCatchUp, 0)
+}
+
+// live handles a batch from the live stream. A change of SGLang's topic epoch
+// is a restart even when the new incarnation's seq has passed the old one's.
+func (s *seqState) live(in seqInput) {
+	b := pendingLive{ok: true, seq: in.seq, sum: in.sum, next: stageBackwards}
+	if s.noteEpoch(in.epoch) && s.held.ok {
+		s.took(ruleEpochRestart)
+		if s.restartAndRebuild("topic epoch changed", in.seq) {
+			s.pending = b
+			return
+		}
+	}
+	s.liveRules(b)
+}
+
+// noteEpoch records the topic's epoch and reports whether it replaced another.
+func (s *seqState) noteEpoch(ep []byte) bool {
+	if ep == nil || bytes.Equal(ep, s.epoch) {
+		return false
+	}
+	changed := s.epoch != nil
+	s.epoch = append(s.epoch[:0], ep...)
+	if !changed || !s.held.ok {
+		s.took(ruleEpochNoted)
+	}
+	return changed
+}
+
+// liveRules handles live batch b from stage b.next on: behind what the rank
+// holds (a copy a replay applied, or a restart), ahead of it (a gap), or
+// next. Where a replay is asked for, b waits for it in s.pending.
+func (s *seqState) liveRules(b pendingLive) {
+	h := &s.held
+	if b.next <= stageBackwards && h.ok && b.seq <= h.last {
+		if s.conn.covers(b.seq) {
+			s.took(ruleLiveCovered)
+			s.conn.liveSeen, s.conn.liveLast = true, b.seq
+			return
+		}
+		s.took(ruleLiveBackwards)
+		if s.restartAndRebuild("seq went backwards", b.seq) {
+			b.next = stageGap
+			s.pending = b
+			return
+		}
+	}
+	if b.next <= stageGap {
+		s.conn.liveSeen, s.conn.liveLast = true, b.seq
+		if s.gap(b.seq) {
+			b.next = stageApply
+			s.pending = b
+			return
+		}
+	}
+	switch {
+	case h.ok && b.seq <= h.last:
+		s.took(ruleLiveReplayed)
+		return
+	case h.ok && b.seq != h.last+1:
+		s.took(ruleLiveShort)
+		s.lost("replay did not reach the live seq", h.last+1, b.seq)
+	default:
+		s.took(ruleLiveApply)
+	}
+	s.apply(b.seq, b.sum)
+}
+
+// gap checks live seq for batches the live stream skipped and, when there
+// are some and the engine can replay them, asks for them (reporting true).
+func (s *seqState) gap(seq uint64) bool {
+	var from uint64
+	switch h := &s.held; {
+	case h.ok && seq > h.last+1:
+		s.took(ruleGapAfterLast)
+		from = h.last + 1
+	case !h.ok && h.fromZero && seq > 0:
+		s.took(ruleGapFromZero)
+		from = 0
+	default:
+		return false
+	}
+	s.count(countGaps)
+	if !s.canReplay {
+		s.took(ruleGapNoReplay)
+		s.lost("gap and no replay endpoint", from, seq)
+		return false
+	}
+	s.took(ruleGapReplay)
+	s.log(noteGapReplaying, "", from, seq)
+	s.requestReplay(replayGap, from)
+	return true
+}
+
+// restartAndRebuild clears the rank for a new engine incarnation and, when
+// the engine has a replay endpoint, asks for its buffer from seq 0
+// (reporting true).
+func (s *seqState) restartAndRebuild(why string, got uint64) bool {
+	s.restart(why, s.held.last, got)
+	if !s.canReplay {
+		s.took(ruleRestartNoReplay)
+		return false
+	}
+	s.took(ruleRestartRebuild)
+	s.requestReplay(replayRebuild, 0)
+	return true
+}
+
+// reply handles one batch of the replay in progress. Replies must strictly
+// increase: a peer repeating a batch forever cannot wedge the rank.
+func (s *seqState) reply(in seqInput) {
+	rp, h := &s.rp, &s.held
+	if rp.seen && in.seq <= rp.maxSeen {
+		s.took(ruleReplyCut)
+		s.emit(seqAction{kind: actCutReplay, seq: in.seq, arg: rp.maxSeen})
+		return
+	}
+	first := !rp.seen
+	rp.seen, rp.maxSeen = true, in.seq
+	switch {
+	case rp.other:
+		s.took(ruleReplyAfterOther)
+		return
+	case h.ok && in.seq == h.last && in.sum != h.sum:
+		s.took(ruleReplyOther)
+		rp.other = true
+		return
+	}
+	const startsAbove = "replay buffer starts above the requested seq"
+	if first && !h.ok && in.seq > rp.from {
+		s.took(ruleReplyStartsAbove)
+		s.lost(startsAbove, rp.from, in.seq)
+	}
+	if h.ok {
+		if in.seq <= h.last {
+			s.took(ruleReplyHeld)
+			return
+		}
+		if in.seq > h.last+1 {
+			s.took(ruleReplyJump)
+			s.lost(startsAbove, h.last+1, in.seq)
+		}
+	}
+	s.took(ruleReplyApply)
+	s.apply(in.seq, in.sum)
+}
+
+// replayDone ends the replay in progress and carries on with what waited for
+// it. A replay abandoned because the rank stops leaves everything as it is.
+func (s *seqState) replayDone(kind seqInputKind) {
+	rp, b := s.rp, s.pending
+	s.rp, s.pending = replayRun{}, pendingLive{}
+	if kind == inReplayAbandoned {
+		s.took(ruleAbandoned)
+		return
+	}
+	ok := kind == inReplayEnd
+	switch rp.purpose {
+	case replayCatchUp:
+		s.catchUpDone(&rp, ok)
+	case replayRebuild:
+		s.took(pick(ok, ruleRebuildDone, ruleRebuildFailed))
+		s.caughtUp(&rp, ok)
+	case replayGap:
+		s.gapDone(&rp, b.seq, ok)
+	}
+	if b.ok {
+		s.liveRules(b)
+	}
+}
+
+// catchUpDone ends a connection's catch-up. A buffer whose batch at the last
+// applied seq is another one, or that ends below the last applied seq, means
+// the engine restarted while the connection was down: without the first
+// check, a new incarnation that has already published past the old seq would
+// have its later batches applied on top of the old one's.
+func (s *seqState) catchUpDone(rp *replayRun, ok bool) {
+	switch {
+	case rp.other:
+		s.took(ruleCatchUpOther)
+		s.restart("replay buffer holds another batch at the last applied seq", rp.lastBefore, rp.maxSeen)
+		s.requestReplay(replayRebuild, 0)
+	case ok && rp.heldBefore && (!rp.seen || rp.maxSeen < rp.lastBefore):
+		s.took(ruleCatchUpShort)
+		s.restart("replay buffer ends before the last applied seq", rp.lastBefore, rp.maxSeen)
+		s.requestReplay(replayRebuild, 0)
+	default:
+		s.took(pick(ok, ruleCatchUpDone, ruleCatchUpFailed))
+		s.caughtUp(rp, ok)
+	}
+}
+
+// caughtUp ends a replay from seq 0: an empty buffer means the engine's next
+// batch is seq 0.
+func (s *seqState) caughtUp(rp *replayRun, ok bool) {
+	s.markCovered(rp, ok)
+	if !ok {
+		s.replayFailed()
+		return
+	}
+	s.held.fromZero = !s.held.ok
+}
+
+// gapDone ends a gap replay for live batch seq. A failure that leaves a hole
+// before seq clears the rank, to be rebuilt from what arrives.
+func (s *seqState) gapDone(rp *replayRun, seq uint64, ok bool) {
+	switch h := &s.held; {
+	case ok:
+		s.took(ruleGapDone)
+	case h.ok && seq > h.last+1:
+		s.took(ruleGapFailedHole)
+		s.replayFailed()
+		s.log(noteGapNotRecovered, "", h.last+1, seq)
+		s.clear()
+	default:
+		s.took(ruleGapFailed)
+		s.replayFailed()
+	}
+	s.markCovered(rp, ok)
+}
+
+// markCovered records, after a replay on this connection, up to which seq
+// live batches are copies of what the rank holds. A replay that failed
+// covers only what it delivered: without this, the live copies of batches it
+// applied before failing would be taken for an engine restart.
+func (s *seqState) markCovered(rp *replayRun, ok bool) {
+	switch c := &s.conn; {
+	case ok:
+		c.covered, c.coveredTo = s.held.ok, s.held.last
+	case rp.seen && s.held.ok:
+		s.took(ruleCoveredPartly)
+		c.covered, c.coveredTo = true, min(s.held.last, rp.maxSeen)
+	}
+}
+
+func (s *seqState) requestReplay(p replayPurpose, from uint64) {
+	s.rp = replayRun{purpose: p, from: from, heldBefore: s.held.ok, lastBefore: s.held.last}
+	s.emit(seqAction{kind: actReplay, seq: from})
+}
+
+// restart records an engine restart and clears the rank.
+func (s *seqState) restart(why string, last, got uint64) {
+	s.count(countRestarts)
+	s.log(noteRestarted, why, last, got)
+	s.clear()
+	s.conn.liveSeen = false
+}
+
+// lost clears the rank after batches [want, got) could not be recovered; the
+// rank is rebuilt from what arrives next.
+func (s *seqState) lost(why string, want, got uint64) {
+	s.count(countReplayFailures)
+	s.log(noteHistoryLost, why, want, got)
+	s.clear()
+}
+
+func (s *seqState) replayFailed() {
+	s.count(countReplayFailures)
+	s.log(noteReplayFailed, "", 0, 0)
+}
+
+func (s *seqState) clear() {
+	s.emit(seqAction{kind: actClear})
+	s.held.ok, s.held.fromZero, s.conn.covered = false, false, false
+}
+
+func (s *seqState) apply(seq, sum uint64) {
+	s.emit(seqAction{kind: actApply, seq: seq})
+	s.held = seqHeld{ok: true, last: seq, sum: sum}
+}
+
+func (s *seqState) count(c seqCounter) { s.emit(seqAction{kind: actCount, counter: c}) }
+
+func (s *seqState) log(n seqNote, reason string, seq, arg uint64) {
+	s.emit(seqAction{kind: actLog, note: n, reason: reason, seq: seq, arg: arg})
+}
+
+func pick(ok bool, yes, no seqRule) seqRule {
+	if ok {
+		return yes
+	}
+	return no
+}
+
+// epochKey marks SGLang's per-incarnation topic suffix.
+var epochKey = []byte("sgl-kv-epoch=")
+
+// topicEpoch returns the value of topic's sgl-kv-epoch suffix, nil if it has
+// none.
+func topicEpoch(topic []byte) []byte {
+	i := bytes.Index(topic, epochKey)
+	if i < 0 {
+		return nil
+	}
+	return topic[i+len(epochKey):]
+}
+
+// String describes the state, for scripts and debugging.
+func (s *seqState) String() string {
+	var b strings.Builder
+	if s.held.ok {
+		fmt.Fprintf(&b, "last=%d sum=%d", s.held.last, s.held.sum)
+	} else {
+		b.WriteString("empty")
+		if s.held.fromZero {
+			b.WriteString(" from-zero")
+		}
+	}
+	if s.conn.covered {
+		fmt.Fprintf(&b, " covered-to=%d", s.conn.coveredTo)
+	}
+	if s.conn.liveSeen {
+		fmt.Fprintf(&b, " live-last=%d", s.conn.liveLast)
+	}
+	if s.epoch != nil {
+		fmt.Fprintf(&b, " epoch=%q", s.epoch)
+	}
+	if rp := &s.rp; rp.purpose != replayNone {
+		fmt.Fprintf(&b, "\nreplaying %s from=%d", replayPurposeNames[rp.purpose], rp.from)
+		if rp.seen {
+			fmt.Fprintf(&b, " max-seen=%d", rp.maxSeen)
+		}
+		if rp.other {
+			b.WriteString(" other-incarnation")
+		}
+	}
+	if s.pending.ok {
+		fmt.Fprintf(&b, "\nwaiting live %d (at %s)", s.pending.seq, liveStageNames[s.pending.next])
+	}
+	return b.String()
+}
