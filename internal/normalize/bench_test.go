@@ -24,7 +24,7 @@ func newBenchWorkload(nPayloads int) *benchWorkload {
 	var parent uint64
 	hasParent := false
 	for range nPayloads {
-		form := rng.IntN(3)
+		form := benchForm(rng.IntN(3))
 		nev := 1 + rng.IntN(32)
 		p := arrHeader(3, false)
 		p = append(p, encFloat64(1.7e9+rng.Float64())...)
@@ -32,25 +32,7 @@ func newBenchWorkload(nPayloads int) *benchWorkload {
 		for range nev {
 			w.events++
 			if rng.IntN(10) == 0 {
-				h := rng.Uint64()
-				if form == 1 {
-					p = append(p, 0x84)
-					p = append(p, encStr([]byte("type"), false)...)
-					p = append(p, encStr([]byte("BlockRemoved"), false)...)
-					p = append(p, encStr([]byte("block_hashes"), false)...)
-					p = append(p, 0x91)
-					p = append(p, encUint(h)...)
-					p = append(p, encStr([]byte("medium"), false)...)
-					p = append(p, encStr([]byte("GPU"), false)...)
-					p = append(p, encStr([]byte("group_idx"), false)...)
-					p = append(p, 0)
-				} else {
-					p = append(p, 0x93)
-					p = append(p, encStr([]byte("BlockRemoved"), false)...)
-					p = append(p, 0x91)
-					p = append(p, encUint(h)...)
-					p = append(p, encStr([]byte("GPU"), false)...)
-				}
+				p = appendBenchRemove(p, form, rng.Uint64())
 				continue
 			}
 			nb := 1 + rng.IntN(32)
@@ -59,71 +41,106 @@ func newBenchWorkload(nPayloads int) *benchWorkload {
 			for i := range hashes {
 				hashes[i] = rng.Uint64()
 			}
-			encHash := func(h uint64) []byte {
-				if form == 2 {
-					return encInt(int64(h)) // SGLang: signed
-				}
-				return encUint(h)
-			}
-			var fields [][]byte
-			var names []string
-			add := func(name string, v []byte) {
-				names = append(names, name)
-				fields = append(fields, v)
-			}
-			hs := arrHeader(nb, false)
-			for _, h := range hashes {
-				hs = append(hs, encHash(h)...)
-			}
-			add("block_hashes", hs)
-			if hasParent {
-				add("parent_block_hash", encHash(parent))
-			} else {
-				add("parent_block_hash", []byte{0xc0})
-			}
-			toks := arrHeader(nb*16, false)
-			for range nb * 16 {
-				toks = append(toks, encInt(int64(rng.IntN(150000)))...)
-			}
-			add("token_ids", toks)
-			add("block_size", encInt(16))
-			add("lora_id", []byte{0xc0})
-			add("medium", encStr([]byte("GPU"), false))
-			if form == 2 {
-				add("lora_name", []byte{0xc0})
-			} else {
-				add("lora_name", []byte{0xc0})
-				ek := arrHeader(nb, false)
-				for range nb {
-					ek = append(ek, 0xc0)
-				}
-				add("extra_keys", ek)
-				add("group_idx", encInt(0))
-				add("kv_cache_spec_kind", encStr([]byte("full_attention"), false))
-				add("kv_cache_spec_sliding_window", []byte{0xc0})
-				add("locality", encStr([]byte("LOCAL"), false))
-			}
-			if form == 1 {
-				p = append(p, 0x80|byte(len(fields)+1))
-				p = append(p, encStr([]byte("type"), false)...)
-				p = append(p, encStr([]byte("BlockStored"), false)...)
-				for i, f := range fields {
-					p = append(p, encStr([]byte(names[i]), false)...)
-					p = append(p, f...)
-				}
-			} else {
-				p = append(p, 0x90|byte(len(fields)+1))
-				p = append(p, encStr([]byte("BlockStored"), false)...)
-				for _, f := range fields {
-					p = append(p, f...)
-				}
-			}
+			p = appendBenchStore(p, rng, form, hashes, parent, hasParent)
 			parent, hasParent = hashes[nb-1], rng.IntN(4) != 0
 		}
 		p = append(p, 0)
 		w.payloads = append(w.payloads, p)
 	}
 	return w
+}
+
+// benchForm is the encoding of one benchmark payload's events.
+type benchForm int
+
+const (
+	benchVLLMArray benchForm = iota // 12-field tagged arrays
+	benchVLLMMap                    // vLLM 0.26 tagged maps
+	benchSGLang                     // 7-field tagged arrays, signed hashes
+)
+
+func appendBenchRemove(p []byte, form benchForm, h uint64) []byte {
+	if form == benchVLLMMap {
+		p = append(p, 0x84)
+		p = append(p, encStr([]byte("type"), false)...)
+		p = append(p, encStr([]byte("BlockRemoved"), false)...)
+		p = append(p, encStr([]byte("block_hashes"), false)...)
+		p = append(p, 0x91)
+		p = append(p, encUint(h)...)
+		p = append(p, encStr([]byte("medium"), false)...)
+		p = append(p, encStr([]byte("GPU"), false)...)
+		p = append(p, encStr([]byte("group_idx"), false)...)
+		return append(p, 0)
+	}
+	p = append(p, 0x93)
+	p = append(p, encStr([]byte("BlockRemoved"), false)...)
+	p = append(p, 0x91)
+	p = append(p, encUint(h)...)
+	return append(p, encStr([]byte("GPU"), false)...)
+}
+
+// appendBenchStore appends a BlockStored of 16-token blocks with random
+// token ids up to 150k.
+func appendBenchStore(p []byte, rng *rand.Rand, form benchForm, hashes []uint64, parent uint64, hasParent bool) []byte {
+	encHash := func(h uint64) []byte {
+		if form == benchSGLang {
+			return encInt(int64(h))
+		}
+		return encUint(h)
+	}
+	var fields [][]byte
+	var names []string
+	add := func(name string, v []byte) {
+		names = append(names, name)
+		fields = append(fields, v)
+	}
+	nb := len(hashes)
+	hs := arrHeader(nb, false)
+	for _, h := range hashes {
+		hs = append(hs, encHash(h)...)
+	}
+	add("block_hashes", hs)
+	if hasParent {
+		add("parent_block_hash", encHash(parent))
+	} else {
+		add("parent_block_hash", []byte{0xc0})
+	}
+	toks := arrHeader(nb*16, false)
+	for range nb * 16 {
+		toks = append(toks, encInt(int64(rng.IntN(150000)))...)
+	}
+	add("token_ids", toks)
+	add("block_size", encInt(16))
+	add("lora_id", []byte{0xc0})
+	add("medium", encStr([]byte("GPU"), false))
+	add("lora_name", []byte{0xc0})
+	if form != benchSGLang {
+		ek := arrHeader(nb, false)
+		for range nb {
+			ek = append(ek, 0xc0)
+		}
+		add("extra_keys", ek)
+		add("group_idx", encInt(0))
+		add("kv_cache_spec_kind", encStr([]byte("full_attention"), false))
+		add("kv_cache_spec_sliding_window", []byte{0xc0})
+		add("locality", encStr([]byte("LOCAL"), false))
+	}
+	if form == benchVLLMMap {
+		p = append(p, 0x80|byte(len(fields)+1))
+		p = append(p, encStr([]byte("type"), false)...)
+		p = append(p, encStr([]byte("BlockStored"), false)...)
+		for i, f := range fields {
+			p = append(p, encStr([]byte(names[i]), false)...)
+			p = append(p, f...)
+		}
+		return p
+	}
+	p = append(p, 0x90|byte(len(fields)+1))
+	p = append(p, encStr([]byte("BlockStored"), false)...)
+	for _, f := range fields {
+		p = append(p, f...)
+	}
+	return p
 }
 
 // BenchmarkNormalize measures decode+normalize of the mix: hand is the

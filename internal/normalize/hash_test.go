@@ -137,6 +137,21 @@ func TestBlockHashAllocs(t *testing.T) {
 	}
 }
 
+// TestSeedCache: the cached seed is Seed's, whatever the sequence of LoRA
+// names and namespaces.
+func TestSeedCache(t *testing.T) {
+	c := newSeedCache()
+	for _, s := range [][2]string{{"", ""}, {"l", ""}, {"l", ""}, {"", "t"}, {"l", "t"}, {"", ""}} {
+		ns := blockNS{}
+		if s[1] != "" {
+			ns = blockNS{hash: xxhash.Sum64String(s[1]), ok: true}
+		}
+		if got, want := c.seed([]byte(s[0]), ns), Seed(s[0], s[1]); got != want {
+			t.Errorf("seed(%q, %q) = %x, want %x", s[0], s[1], got, want)
+		}
+	}
+}
+
 // Test vectors for gateways in other languages: testdata/hash_vectors.json,
 // rewritten with -rewrite. Every 64-bit value is a "0x"-prefixed hex string.
 type hashVectors struct {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"testing"
 	"unicode"
 )
 
@@ -328,103 +329,130 @@ func (p *descParser) number(tok string) ([][]byte, error) {
 	return [][]byte{encUint(u)}, nil
 }
 
+// call encodes fn(arg): a forced encoding or a generator.
 func (p *descParser) call(fn, arg string) ([][]byte, error) {
 	args := strings.Split(arg, ",")
 	for i := range args {
 		args[i] = strings.TrimSpace(args[i])
 	}
-	ints := func() ([]int64, error) {
-		var out []int64
-		for _, a := range args {
-			v, err := strconv.ParseInt(a, 0, 64)
-			if err != nil {
-				u, err2 := strconv.ParseUint(a, 0, 64)
-				if err2 != nil {
-					return nil, p.errf("%s: %v", fn, err)
-				}
-				v = int64(u)
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	}
 	switch fn {
 	case "i64", "u64", "i8", "i16", "i32", "u8", "u16", "u32":
-		v, err := ints()
+		v, err := p.ints(fn, args)
 		if err != nil || len(v) != 1 {
 			return nil, p.errf("%s wants one integer", fn)
 		}
-		x := v[0]
-		var out []byte
-		switch fn {
-		case "i64":
-			out = binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(x))
-		case "u64":
-			out = binary.BigEndian.AppendUint64([]byte{0xcf}, uint64(x))
-		case "i32":
-			out = binary.BigEndian.AppendUint32([]byte{0xd2}, uint32(x))
-		case "u32":
-			out = binary.BigEndian.AppendUint32([]byte{0xce}, uint32(x))
-		case "i16":
-			out = []byte{0xd1, byte(x >> 8), byte(x)}
-		case "u16":
-			out = []byte{0xcd, byte(x >> 8), byte(x)}
-		case "i8":
-			out = []byte{0xd0, byte(x)}
-		case "u8":
-			out = []byte{0xcc, byte(x)}
-		}
-		return [][]byte{out}, nil
+		return [][]byte{encFixedInt(fn, v[0])}, nil
 	case "f32":
 		f, err := strconv.ParseFloat(arg, 32)
 		if err != nil {
 			return nil, p.errf("f32: %v", err)
 		}
 		return [][]byte{binary.BigEndian.AppendUint32([]byte{0xca}, math.Float32bits(float32(f)))}, nil
+	case "bin", "raw", "str8", "ext":
+		b, err := p.bytesCall(fn, arg, args)
+		return [][]byte{b}, err
+	case "seq", "pairs":
+		v, err := p.ints(fn, args)
+		if err != nil || len(v) != 2 {
+			return nil, p.errf("%s wants start, count", fn)
+		}
+		return encRun(fn, v[0], v[1]), nil
+	}
+	return nil, p.errf("unknown function %s", fn)
+}
+
+// ints parses integer arguments (signed, or unsigned up to 2^64-1).
+func (p *descParser) ints(fn string, args []string) ([]int64, error) {
+	var out []int64
+	for _, a := range args {
+		v, err := strconv.ParseInt(a, 0, 64)
+		if err != nil {
+			u, err2 := strconv.ParseUint(a, 0, 64)
+			if err2 != nil {
+				return nil, p.errf("%s: %v", fn, err)
+			}
+			v = int64(u)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// encFixedInt encodes x in the integer encoding fn names.
+func encFixedInt(fn string, x int64) []byte {
+	switch fn {
+	case "i64":
+		return binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(x))
+	case "u64":
+		return binary.BigEndian.AppendUint64([]byte{0xcf}, uint64(x))
+	case "i32":
+		return binary.BigEndian.AppendUint32([]byte{0xd2}, uint32(x))
+	case "u32":
+		return binary.BigEndian.AppendUint32([]byte{0xce}, uint32(x))
+	case "i16":
+		return []byte{0xd1, byte(x >> 8), byte(x)}
+	case "u16":
+		return []byte{0xcd, byte(x >> 8), byte(x)}
+	case "i8":
+		return []byte{0xd0, byte(x)}
+	}
+	return []byte{0xcc, byte(x)} // u8
+}
+
+// bytesCall encodes bin(hex), raw(hex), str8("s") and ext(type, hex).
+func (p *descParser) bytesCall(fn, arg string, args []string) ([]byte, error) {
+	switch fn {
 	case "bin", "raw":
 		b, err := hex.DecodeString(strings.Join(strings.Fields(arg), ""))
 		if err != nil {
 			return nil, p.errf("%s: %v", fn, err)
 		}
 		if fn == "raw" {
-			return [][]byte{b}, nil
+			return b, nil
 		}
-		return [][]byte{encBin(b)}, nil
+		return encBin(b), nil
 	case "str8":
 		s, err := strconv.Unquote(arg)
 		if err != nil {
 			return nil, p.errf("str8: %v", err)
 		}
-		return [][]byte{encStr([]byte(s), true)}, nil
-	case "ext":
-		if len(args) != 2 {
-			return nil, p.errf("ext wants type, hex")
-		}
-		t, err := strconv.Atoi(args[0])
-		if err != nil {
-			return nil, p.errf("ext: %v", err)
-		}
-		b, err := hex.DecodeString(args[1])
-		if err != nil {
-			return nil, p.errf("ext: %v", err)
-		}
-		out := []byte{0xc7, byte(len(b)), byte(t)}
-		return [][]byte{append(out, b...)}, nil
-	case "seq", "pairs":
-		v, err := ints()
-		if err != nil || len(v) != 2 {
-			return nil, p.errf("%s wants start, count", fn)
-		}
-		var out [][]byte
-		for i := int64(0); i < v[1]; i++ {
-			if fn == "seq" {
-				out = append(out, encInt(v[0]+i))
-			} else {
-				pair := append([]byte{0x92}, encInt(v[0]+i)...)
-				out = append(out, append(pair, encInt(v[0]+i+1)...))
-			}
-		}
-		return out, nil
+		return encStr([]byte(s), true), nil
 	}
-	return nil, p.errf("unknown function %s", fn)
+	if len(args) != 2 {
+		return nil, p.errf("ext wants type, hex")
+	}
+	t, err := strconv.Atoi(args[0])
+	if err != nil {
+		return nil, p.errf("ext: %v", err)
+	}
+	b, err := hex.DecodeString(args[1])
+	if err != nil {
+		return nil, p.errf("ext: %v", err)
+	}
+	return append([]byte{0xc7, byte(len(b)), byte(t)}, b...), nil
+}
+
+// encRun encodes seq(a, n) (the integers a, a+1, ...) or pairs(a, n) (the
+// bigrams [a, a+1], [a+1, a+2], ...).
+func encRun(fn string, a, n int64) [][]byte {
+	var out [][]byte
+	for i := int64(0); i < n; i++ {
+		if fn == "seq" {
+			out = append(out, encInt(a+i))
+		} else {
+			pair := append([]byte{0x92}, encInt(a+i)...)
+			out = append(out, append(pair, encInt(a+i+1)...))
+		}
+	}
+	return out
+}
+
+// mustDesc encodes a description or fails the test.
+func mustDesc(t *testing.T, s string) []byte {
+	t.Helper()
+	p, err := encodeDesc(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

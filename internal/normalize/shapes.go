@@ -7,19 +7,22 @@ import (
 )
 
 // shapes is every engine wire shape the decoder accepts, one row per shape:
-// how the engine lays out a batch and its events and what conventions its
-// values follow. wire-format.md (shared reference) has the sources.
+// how the engine lays out a batch and its events (all of them name the
+// events BlockStored, BlockRemoved and AllBlocksCleared), and what
+// conventions its values follow. The facts come from the engines' public
+// sources and from the consumers in NVIDIA Dynamo and llm-d.
 //
 // A subscription does not say which engine, or which version of it,
 // publishes on it (vLLM switched from arrays to maps between minor
-// versions), so the decoder accepts every row at once. The lookup tables it
-// reads (wire, below) are derived from the rows when the package loads:
+// versions), so the decoder accepts every row at once. The tables it reads
+// (wire, below) are derived from the rows when the package loads:
 // tagged-array events are read by the positions of the array rows (which
 // must agree where they overlap), tagged-map events by the keys of every map
-// row, and a batch map's rank by the rank keys of the rows that send batch
-// maps, the first present and not nil winning in row order. Columns the
-// decoder does not need to tell rows apart (hashes, salt, tokens, topic) are
-// what TestShapeRoundTrip encodes a batch with for each row.
+// row, a batch map's rank by the rank keys of the rows that send batch maps
+// (the first present and not nil wins, in row order), and lora_name may hold
+// a salt map if a row sends one there. Hash and token forms are read wherever
+// they come. TestShapeRoundTrip encodes a batch in every combination of
+// forms a row lists and checks that it normalizes to the same events.
 //
 // Adding an engine shape is adding a row and its golden cases
 // (testdata/cases/<case>.txt, named in the row; TestShapeCases checks they
