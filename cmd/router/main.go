@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Router: rt, Ingest: ing, Logger: log, Registerer: reg})
+	srv, err := server.New(server.Config{Router: rt, Ingest: ing, Index: index, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

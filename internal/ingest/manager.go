@@ -146,9 +146,6 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
 		m.metrics = met
-		if err := cfg.Registerer.Register(newIndexCollector(cfg.Index)); err != nil {
-			return nil, fmt.Errorf("ingest: index metrics: %w", err)
-		}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil

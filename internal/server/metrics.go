@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
@@ -20,7 +21,9 @@ type metrics struct {
 	active    *activeCollector
 }
 
-func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+// newMetrics registers the RPC metrics and, when idx is not nil, the index's
+// own (kvrouter_index_*) with reg (nil: registers nothing).
+func newMetrics(reg prometheus.Registerer, s *Server, idx *radix.Index) (*metrics, error) {
 	m := &metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kvrouter_rpc_duration_seconds",
@@ -49,7 +52,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			[]string{"worker", "dp_rank"}, nil)},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active} {
+		cs := []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active}
+		if idx != nil {
+			cs = append(cs, newIndexCollector(idx))
+		}
+		for _, c := range cs {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

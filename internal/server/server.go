@@ -20,6 +20,7 @@ import (
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
@@ -31,7 +32,10 @@ type Config struct {
 	Ingest *ingest.Manager
 	// Logger receives registry changes; nil discards.
 	Logger *slog.Logger
-	// Registerer receives the RPC metrics; nil registers none.
+	// Index, when set, has its size and refusals reported as
+	// kvrouter_index_* metrics.
+	Index *radix.Index
+	// Registerer receives the RPC and index metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
 
@@ -64,7 +68,7 @@ func New(cfg Config) (*Server, error) {
 		log:     log,
 		workers: make(map[string]*kvrouterv1.Worker),
 	}
-	m, err := newMetrics(cfg.Registerer, s)
+	m, err := newMetrics(cfg.Registerer, s, cfg.Index)
 	if err != nil {
 		return nil, err
 	}

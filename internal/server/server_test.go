@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Router: rt, Ingest: ing, Registerer: reg})
+	srv, err := New(Config{Router: rt, Ingest: ing, Index: idx, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,33 @@
-package ingest
+package server
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
 // TestIndexMetrics checks that the index's size and refusals reach /metrics.
 func TestIndexMetrics(t *testing.T) {
-	_, idx, reg := newTestManager(t, true)
+	idx := radix.New(radix.Config{CheckInvariants: true})
+	reg := prometheus.NewRegistry()
+	ing, err := ingest.New(ingest.Config{Index: idx, BlockSize: blockSize, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ing.Close()
+	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, DisablePrediction: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Router: rt, Ingest: ing, Index: idx, Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
 	w := kv.WorkerRank{ID: "w"}
 	if err := idx.Store(w, 0, false, kv.TierDevice, []kv.Block{{EngineHash: 1, BlockHash: 11}, {EngineHash: 2, BlockHash: 12}}); err != nil {
 		t.Fatal(err)
