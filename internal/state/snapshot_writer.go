@@ -22,7 +22,7 @@ type Writer struct {
 	sum uint32 // CRC32C of the bytes written
 
 	dict  dict
-	table []uint32 // open addressing over entries by hash; 0 is empty
+	table []uint64 // entries by hash (see find)
 
 	inRank  bool
 	key     kv.WorkerRank
@@ -41,7 +41,7 @@ func newWriter(w io.Writer, maxDict int) *Writer {
 		w:     w,
 		buf:   make([]byte, frameHeaderLen, frameTarget+4*maxField),
 		dict:  newDict(maxDict),
-		table: make([]uint32, 1<<12),
+		table: make([]uint64, 1<<12),
 		keys:  map[kv.WorkerRank]struct{}{},
 	}
 	head := appendFileHeader(nil, snapshotMagic, snapshotVersion)
@@ -243,13 +243,22 @@ func (w *Writer) Close() error {
 	return w.err
 }
 
+// The writer finds a hash's entry in an open-addressing table of slots,
+// each an entry number (low 32 bits, 0: empty) and the top 32 bits of the
+// hash's mix (a fingerprint): a lookup of a hash not entered, the common
+// miss, touches one slot and not the dictionary.
+
 // find returns h's entry, or 0.
 func (w *Writer) find(h uint64) uint32 {
+	m := fmix64(h)
 	mask := uint64(len(w.table) - 1)
-	for i := fmix64(h) & mask; ; i = (i + 1) & mask {
-		e := w.table[i]
-		if e == 0 || w.dict.hashes[e] == h {
-			return e
+	for i := m & mask; ; i = (i + 1) & mask {
+		s := w.table[i]
+		if s == 0 {
+			return 0
+		}
+		if s>>32 == m>>32 && w.dict.hashes[uint32(s)] == h {
+			return uint32(s)
 		}
 	}
 }
@@ -261,7 +270,7 @@ func (w *Writer) enter(h uint64) uint32 {
 		return e
 	}
 	if 2*w.dict.entries() > len(w.table) {
-		w.table = make([]uint32, 2*len(w.table))
+		w.table = make([]uint64, 2*len(w.table))
 		for e := 1; e < len(w.dict.hashes); e++ {
 			w.insert(uint32(e))
 		}
@@ -272,10 +281,11 @@ func (w *Writer) enter(h uint64) uint32 {
 }
 
 func (w *Writer) insert(e uint32) {
+	m := fmix64(w.dict.hashes[e])
 	mask := uint64(len(w.table) - 1)
-	for i := fmix64(w.dict.hashes[e]) & mask; ; i = (i + 1) & mask {
+	for i := m & mask; ; i = (i + 1) & mask {
 		if w.table[i] == 0 {
-			w.table[i] = e
+			w.table[i] = m>>32<<32 | uint64(e)
 			return
 		}
 	}
