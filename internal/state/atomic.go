@@ -18,6 +18,12 @@ import (
 // returned. After WriteFile returns nil, the new content survives a crash.
 func (d *Dir) WriteFile(name string, fill func(w io.Writer) error) (err error) {
 	path := d.file(name)
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("write %s: state dir closed (its lock released)", path)
+	}
 	f, err := os.CreateTemp(d.path, name+".*"+tmpSuffix)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

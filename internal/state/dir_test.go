@@ -86,6 +86,9 @@ func TestDirLock(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.WriteFile("x", func(io.Writer) error { return nil }); err == nil {
+		t.Fatal("write after close: no error")
+	}
 	if out, err := helperCmd("lock", path).CombinedOutput(); err != nil {
 		t.Fatalf("child open after close: %v: %s", err, out)
 	}

@@ -110,7 +110,9 @@ const NoParent = -1
 
 // Block is one stored block of a rank.
 type Block struct {
-	EngineHash uint64 // opaque, meaningful on its worker only; 0 for a placeholder
+	// EngineHash is opaque, meaningful on its worker only. A placeholder's
+	// is not stored and reads back as 0.
+	EngineHash uint64
 	BlockHash  uint64 // the router block hash
 	// Parent is the index (in the rank, from 0) of the parent block, an
 	// earlier block of the same rank, or NoParent.

@@ -125,7 +125,8 @@ func (w *Writer) BeginRank(key kv.WorkerRank, s Stream) error {
 }
 
 // Block adds the open rank's next block. Its Parent must be NoParent or
-// the index of an earlier block of the rank (the first block is 0).
+// the index of an earlier block of the rank (the first block is 0). Write
+// a rank depth first: a parent that is the previous block costs no byte.
 func (w *Writer) Block(b Block) error {
 	if w.err != nil {
 		return w.err
