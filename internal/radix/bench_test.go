@@ -457,15 +457,3 @@ func BenchmarkMemoryAfterChurn(b *testing.B) {
 	b.ReportMetric(float64(s.Residencies), "residencies")
 	b.ReportMetric(float64(s.Nodes), "nodes")
 }
-
-// holds reports whether w holds engine hash eh with a copy on tier t.
-func (ix *Index) holds(w kv.WorkerRank, eh uint64, t kv.Tier) bool {
-	ws := ix.reg.get(w)
-	if ws == nil {
-		return false
-	}
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	v, ok := ws.blocks.get(eh)
-	return ok && binding(v).copies(t) > 0
-}

@@ -9,43 +9,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-// fillWorkers stores, for each worker, runs of 16 blocks under shared and
-// private prefixes, and returns each worker's engine hashes in store order.
-func fillWorkers(t *testing.T, ix *Index, workers []kv.WorkerRank, runs int) [][]uint64 {
-	t.Helper()
-	hashes := make([][]uint64, len(workers))
-	for wi, w := range workers {
-		eh := uint64(wi) << 40
-		for r := range runs {
-			var blocks []kv.Block
-			for b := range 16 {
-				eh++
-				// Half the runs share a prefix across workers.
-				bh := uint64(r)<<20 | uint64(b)
-				if r%2 == 1 {
-					bh |= uint64(wi+1) << 32
-				}
-				blocks = append(blocks, kv.Block{EngineHash: eh, BlockHash: bh})
-			}
-			if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range blocks {
-				hashes[wi] = append(hashes[wi], b.EngineHash)
-			}
-		}
-	}
-	return hashes
-}
-
 // TestMemoryReturnsToBaseline stores about 200k residencies, removes them in a
 // random order (not the reverse of the stores, so nodes with children go
 // before their children), and checks that nodes, residencies and the heap come
@@ -134,38 +97,4 @@ func TestMemoryShrinksAfterPartialRemove(t *testing.T) {
 		t.Fatalf("heap did not shrink: base %d full %d end %d", base, full, end)
 	}
 	runtime.KeepAlive(ix)
-}
-
-func blocksOfRun(r int) []uint64 {
-	var out []uint64
-	for b := range 16 {
-		out = append(out, uint64(r)<<20|uint64(b))
-	}
-	return out
-}
-
-// TestMatchZeroAllocs checks that Match allocates nothing when out has room.
-func TestMatchZeroAllocs(t *testing.T) {
-	ix := New(Config{})
-	var workers []kv.WorkerRank
-	for i := range 50 {
-		workers = append(workers, kv.WorkerRank{ID: fmt.Sprintf("w%d", i)})
-	}
-	fillWorkers(t, ix, workers, 4)
-	// Some workers drop a block in the middle so that the walk splits.
-	for wi := 0; wi < 50; wi += 3 {
-		if err := ix.Remove(workers[wi], []uint64{uint64(wi)<<40 | 9}, kv.TierDevice); err != nil {
-			t.Fatal(err)
-		}
-	}
-	prompt := append(blocksOfRun(0), blocksOfRun(2)...)
-	out := make([]Score, 0, 64)
-	out = ix.Match(prompt, out)
-	if len(out) != 50 {
-		t.Fatalf("got %d scores", len(out))
-	}
-	allocs := testing.AllocsPerRun(200, func() { out = ix.Match(prompt, out) })
-	if allocs != 0 {
-		t.Fatalf("Match allocated %.2f times per call", allocs)
-	}
 }

@@ -213,13 +213,3 @@ func (m *u64map) all(f func(k, v uint64)) {
 		}
 	}
 }
-
-// unfmix64 inverts fmix64.
-func unfmix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0x9cb4b2f8129337db // the inverse of fmix64's second multiplier
-	x ^= x >> 33
-	x *= 0x4f74430c22a54005 // and of its first
-	x ^= x >> 33
-	return x
-}
