@@ -158,40 +158,7 @@ func benchDirect(b *testing.B) {
 
 // benchZMQ runs the publishers in a child process and the Manager here.
 func benchZMQ(b *testing.B) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPublisherProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "KVROUTER_BENCH_PUBLISHER=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	out := bufio.NewScanner(outPipe)
-	readLine := func() string {
-		for out.Scan() {
-			if l := out.Text(); strings.HasPrefix(l, "pub ") {
-				return strings.TrimPrefix(l, "pub ")
-			}
-		}
-		b.Fatalf("publisher process: %v", out.Err())
-		return ""
-	}
-	ports := strings.Fields(readLine())
-	if len(ports) != benchPubs {
-		b.Fatalf("publisher ports %q", ports)
-	}
-
+	in, ports := startBenchPublishers(b)
 	idx := radix.New(radix.Config{})
 	m, err := New(Config{Index: idx, BlockSize: testBlockSize, QueueDepth: 256})
 	if err != nil {
@@ -229,6 +196,50 @@ func benchZMQ(b *testing.B) {
 	}
 	wall, cpu := time.Since(t0), cpuTime()-cpu0
 	b.StopTimer()
+	checkBenchWorkers(b, m, ids, total)
+	report(b, total*benchPubs*benchBatchBlocks, wall, cpu)
+}
+
+// startBenchPublishers starts the publisher process (stopped when the
+// benchmark ends) and returns its stdin, where the number of batches to send
+// starts a run, and its publishers' ports.
+func startBenchPublishers(b *testing.B) (io.Writer, []string) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPublisherProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KVROUTER_BENCH_PUBLISHER=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	out := bufio.NewScanner(outPipe)
+	for out.Scan() {
+		if l := out.Text(); strings.HasPrefix(l, "pub ") {
+			ports := strings.Fields(strings.TrimPrefix(l, "pub "))
+			if len(ports) != benchPubs {
+				b.Fatalf("publisher ports %q", ports)
+			}
+			return in, ports
+		}
+	}
+	b.Fatalf("publisher process: %v", out.Err())
+	return nil, nil
+}
+
+// checkBenchWorkers checks that every worker applied all total batches, in
+// order, and holds the last window's blocks.
+func checkBenchWorkers(b *testing.B, m *Manager, ids []string, total int) {
 	for _, id := range ids {
 		st := m.Status(id)[0]
 		if st.Gaps != 0 || st.DecodeErrors != 0 || st.EngineRestarts != 0 {
@@ -242,7 +253,6 @@ func benchZMQ(b *testing.B) {
 			b.Fatalf("%s applied %d events", id, st.EventsApplied)
 		}
 	}
-	report(b, total*benchPubs*benchBatchBlocks, wall, cpu)
 }
 
 // TestBenchPublisherProcess is the benchmark's publisher process. Run

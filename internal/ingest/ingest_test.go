@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // TestGarbage: malformed messages on the live socket are counted and skipped,
@@ -75,25 +76,7 @@ func TestManyWorkers(t *testing.T) {
 		}
 	}
 
-	stop := make(chan struct{})
-	var churnPubs sync.WaitGroup
-	for i := 0; i < churned; i++ {
-		churnPubs.Add(1)
-		go func() {
-			defer churnPubs.Done()
-			e := newEngine(uint64(100 + i))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, ev := e.store(nil, 2)
-				pubs[i].publish(t, []map[string]any{ev})
-				time.Sleep(time.Millisecond) // pacing: zmq4's PUB queue is unbounded
-			}
-		}()
-	}
+	stopChurnPubs := publishUntilStopped(t, pubs[:churned])
 
 	var wg sync.WaitGroup
 	engines := make([]*engine, n)
@@ -115,28 +98,14 @@ func TestManyWorkers(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for r := 0; r < rounds; r++ {
-			for i := 0; i < churned; i++ {
-				if err := m.Remove(ids[i]); err != nil {
-					t.Error(err)
-					return
-				}
-				if got := idx.Cached(kv.WorkerRank{ID: ids[i]}); got != 0 {
-					t.Errorf("%s holds %d blocks after Remove", ids[i], got)
-				}
-				if m.Status(ids[i]) != nil {
-					t.Errorf("%s has a status after Remove", ids[i])
-				}
-				if err := m.Add(Worker{ID: ids[i], KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
-					t.Error(err)
-					return
-				}
+			if !removeAndAdd(t, m, idx, ids[:churned], pubs[:churned]) {
+				return
 			}
 		}
 	}()
 	wg.Wait()
 	if t.Failed() {
-		close(stop)
-		churnPubs.Wait()
+		stopChurnPubs()
 		return
 	}
 	for i := churned; i < n; i++ {
@@ -152,14 +121,63 @@ func TestManyWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	churnPubs.Wait()
+	stopChurnPubs()
 	for _, w := range idx.Workers() {
 		var i int
 		if _, err := fmt.Sscanf(w.ID, "w%02d", &i); err != nil || i < churned {
 			t.Errorf("index still holds removed worker %v", w)
 		}
 	}
+}
+
+// publishUntilStopped has each publisher publish a store event every
+// millisecond until the returned function is called (it waits for them).
+func publishUntilStopped(t *testing.T, pubs []*goPub) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, p := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := newEngine(uint64(100 + i))
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, ev := e.store(nil, 2)
+				p.publish(t, []map[string]any{ev})
+				time.Sleep(time.Millisecond) // pacing: zmq4's PUB queue is unbounded
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// removeAndAdd removes each worker, checks that it left nothing, and adds it
+// again. It reports false when Remove or Add failed.
+func removeAndAdd(t *testing.T, m *Manager, idx *radix.Index, ids []string, pubs []*goPub) bool {
+	for i, id := range ids {
+		if err := m.Remove(id); err != nil {
+			t.Error(err)
+			return false
+		}
+		if got := idx.Cached(kv.WorkerRank{ID: id}); got != 0 {
+			t.Errorf("%s holds %d blocks after Remove", id, got)
+		}
+		if m.Status(id) != nil {
+			t.Errorf("%s has a status after Remove", id)
+		}
+		if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
+			t.Error(err)
+			return false
+		}
+	}
+	return true
 }
 
 // TestTopicEpochRestart: SGLang appends "\x00sgl-kv-epoch=<uuid>" to the

@@ -11,97 +11,100 @@ import (
 	"testing"
 )
 
+// rankActionCases are TestRankCarriesOutActions' scenarios.
+var rankActionCases = []struct {
+	name  string
+	run   func(r *rank, rp *scriptReplayer)
+	trace string
+	want  RankStatus // the counters and LastSeq compared
+	logs  []string   // in the log, in order
+}{
+	{name: "gap replayed",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(0, 1)
+			r.onConnect()
+			rp.set(0, 8)
+			live(r, 0, 2, 5, 6, 9)
+		},
+		trace: "0 1 2 3 4 5 6 7 8 9",
+		want:  RankStatus{Gaps: 1, Replays: 2, LastSeq: 9, EventsApplied: 10},
+		logs:  []string{`msg="kv events: gap, replaying" from=3 live=5`}},
+	{name: "gap without a replay endpoint",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.replay, r.seq.canReplay = nil, false
+			r.onConnect()
+			live(r, 0, 0, 1, 4)
+		},
+		trace: "0 1 clear 4",
+		want:  RankStatus{Gaps: 1, ReplayFailures: 1, LastSeq: 4, EventsApplied: 3},
+		logs: []string{`level=WARN msg="kv events: history lost, clearing worker rank and rebuilding" ` +
+			`reason="gap and no replay endpoint" missing_from=2 resumes_at=4`}},
+	{name: "gap replay fails",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(0, 1)
+			r.onConnect()
+			rp.fail = true
+			live(r, 0, 2, 5)
+		},
+		trace: "0 1 2 clear 5",
+		want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 5, EventsApplied: 4},
+		logs: []string{`level=WARN msg="kv events: replay failed" err="scripted replay failure"`,
+			`level=WARN msg="kv events: gap not recovered, clearing worker rank and rebuilding" missing_from=3 resumes_at=5`}},
+	{name: "replay repeating a batch is cut off",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(0, 3)
+			rp.repeat = true
+			r.onConnect()
+			live(r, 0, 4) // a gap after what the cut replay covered
+		},
+		trace: "0 1 2 3 4",
+		want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 4, EventsApplied: 5},
+		logs:  []string{`err="replay seqs out of order: 0 after 0"`}},
+	{name: "engine restarted while away, buffer empty",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(0, 3)
+			r.onConnect()
+			rp.set(1, 0)
+			r.onConnect()
+		},
+		trace: "0 1 2 3 clear",
+		// LastSeq is 0 until the new incarnation's first batch.
+		want: RankStatus{Replays: 3, EngineRestarts: 1, LastSeq: 0, EventsApplied: 4},
+		logs: []string{`level=WARN msg="kv events: engine restarted, clearing worker rank" ` +
+			`reason="replay buffer ends before the last applied seq" last_seq=3 seq=0`}},
+	{name: "engine restarted, seen on the live stream",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(0, 3)
+			r.onConnect()
+			live(r, 0, 4)
+			rp.gen = 1
+			rp.set(0, 1)
+			live(r, 1, 1, 2)
+		},
+		trace: "0 1 2 3 4 clear 0 1 2",
+		want:  RankStatus{Replays: 2, EngineRestarts: 1, LastSeq: 2, EventsApplied: 8},
+		logs:  []string{`reason="seq went backwards" last_seq=4 seq=1`}},
+	{name: "topic epoch changed",
+		run: func(r *rank, rp *scriptReplayer) {
+			rp.set(1, 0)
+			r.onConnect()
+			r.onBatch(0, []byte("kv@sgl-kv-epoch=a"), genPayload(0, 0))
+			rp.gen = 1
+			rp.set(0, 5)
+			r.onBatch(5, []byte("kv@sgl-kv-epoch=b"), genPayload(5, 1))
+		},
+		trace: "0 clear 0 1 2 3 4 5",
+		want:  RankStatus{Replays: 2, EngineRestarts: 1, LastSeq: 5, EventsApplied: 7},
+		logs:  []string{`reason="topic epoch changed" last_seq=0 seq=5`}},
+}
+
 // TestRankCarriesOutActions runs the applier's shell, with a scripted replay
 // buffer and a sink that records what it was given, through scenarios that
 // make the state machine (whose rules testdata/seq has) produce every kind
 // of action: the shell must apply the right payloads, clear the sink, run
 // and cut off replays, keep the status counters and write the log lines.
 func TestRankCarriesOutActions(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		run   func(r *rank, rp *scriptReplayer)
-		trace string
-		want  RankStatus // the counters and LastSeq compared
-		logs  []string   // in the log, in order
-	}{
-		{name: "gap replayed",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(0, 1)
-				r.onConnect()
-				rp.set(0, 8)
-				live(r, 0, 2, 5, 6, 9)
-			},
-			trace: "0 1 2 3 4 5 6 7 8 9",
-			want:  RankStatus{Gaps: 1, Replays: 2, LastSeq: 9, EventsApplied: 10},
-			logs:  []string{`msg="kv events: gap, replaying" from=3 live=5`}},
-		{name: "gap without a replay endpoint",
-			run: func(r *rank, rp *scriptReplayer) {
-				r.replay, r.seq.canReplay = nil, false
-				r.onConnect()
-				live(r, 0, 0, 1, 4)
-			},
-			trace: "0 1 clear 4",
-			want:  RankStatus{Gaps: 1, ReplayFailures: 1, LastSeq: 4, EventsApplied: 3},
-			logs: []string{`level=WARN msg="kv events: history lost, clearing worker rank and rebuilding" ` +
-				`reason="gap and no replay endpoint" missing_from=2 resumes_at=4`}},
-		{name: "gap replay fails",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(0, 1)
-				r.onConnect()
-				rp.fail = true
-				live(r, 0, 2, 5)
-			},
-			trace: "0 1 2 clear 5",
-			want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 5, EventsApplied: 4},
-			logs: []string{`level=WARN msg="kv events: replay failed" err="scripted replay failure"`,
-				`level=WARN msg="kv events: gap not recovered, clearing worker rank and rebuilding" missing_from=3 resumes_at=5`}},
-		{name: "replay repeating a batch is cut off",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(0, 3)
-				rp.repeat = true
-				r.onConnect()
-				live(r, 0, 4) // a gap after what the cut replay covered
-			},
-			trace: "0 1 2 3 4",
-			want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 4, EventsApplied: 5},
-			logs:  []string{`err="replay seqs out of order: 0 after 0"`}},
-		{name: "engine restarted while away, buffer empty",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(0, 3)
-				r.onConnect()
-				rp.set(1, 0)
-				r.onConnect()
-			},
-			trace: "0 1 2 3 clear",
-			// LastSeq is 0 until the new incarnation's first batch.
-			want: RankStatus{Replays: 3, EngineRestarts: 1, LastSeq: 0, EventsApplied: 4},
-			logs: []string{`level=WARN msg="kv events: engine restarted, clearing worker rank" ` +
-				`reason="replay buffer ends before the last applied seq" last_seq=3 seq=0`}},
-		{name: "engine restarted, seen on the live stream",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(0, 3)
-				r.onConnect()
-				live(r, 0, 4)
-				rp.gen = 1
-				rp.set(0, 1)
-				live(r, 1, 1, 2)
-			},
-			trace: "0 1 2 3 4 clear 0 1 2",
-			want:  RankStatus{Replays: 2, EngineRestarts: 1, LastSeq: 2, EventsApplied: 8},
-			logs:  []string{`reason="seq went backwards" last_seq=4 seq=1`}},
-		{name: "topic epoch changed",
-			run: func(r *rank, rp *scriptReplayer) {
-				rp.set(1, 0)
-				r.onConnect()
-				r.onBatch(0, []byte("kv@sgl-kv-epoch=a"), genPayload(0, 0))
-				rp.gen = 1
-				rp.set(0, 5)
-				r.onBatch(5, []byte("kv@sgl-kv-epoch=b"), genPayload(5, 1))
-			},
-			trace: "0 clear 0 1 2 3 4 5",
-			want:  RankStatus{Replays: 2, EngineRestarts: 1, LastSeq: 5, EventsApplied: 7},
-			logs:  []string{`reason="topic epoch changed" last_seq=0 seq=5`}},
-	} {
+	for _, tc := range rankActionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			rec, rp := &recordSink{}, &scriptReplayer{}

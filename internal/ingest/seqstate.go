@@ -114,7 +114,10 @@ type pendingLive struct {
 	next     liveStage
 }
 
-// seqInputKind is what happened.
+// seqInputKind is what happened. Another input (a restore from a snapshot,
+// say) is another kind; a replay it asks for gets its own replayPurpose,
+// whose end decides the outcome, and its outcomes their own counters and
+// notes.
 type seqInputKind uint8
 
 const (
