@@ -1,125 +1,145 @@
 package radix
 
 import (
-	"bufio"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata expectations with the actual output")
-
-// TestScript runs the scenarios in testdata/*.txt. Each case is a command line,
-// a "----" line, and the expected output up to a blank line:
+// TestScript runs the scripts in testdata, each against a fresh index with
+// CheckInvariants on (so every call is checked), in datadriven's format: a
+// command with its arguments, a "----" line, and the expected output up to a
+// blank line; -rewrite rewrites the expected outputs. The commands:
 //
-//	store <w> [parent=<eh>] [tier=<t>] <eh>:<bh>...   ok | error: <sentinel>
-//	storetier <w> <tier> <eh>...                        ok | error: <sentinel>
-//	remove <w> <tier> <eh>...                           ok | error: <sentinel>
-//	clear <w> / removeworker <id>                       ok
-//	match <bh>...                                       one line per score, or (none)
-//	cached <w> / workers / stats                        their values
+//	store worker=<w> [parent=<eh>] [tier=<t>] [blocks=(<eh>:<bh>, ...)]  ok | error: <sentinel>
+//	storetier worker=<w> tier=<t> hashes=(<eh>, ...)                  ok | error: <sentinel>
+//	remove worker=<w> tier=<t> hashes=(<eh>, ...)                     ok | error: <sentinel>
+//	clear worker=<w> / removeworker id=<id>                           ok
+//	match [prompt=(<bh>, ...)]                                        one line per score, or (none)
+//	cached worker=<w> / workers / stats                               their values
 //
-// A worker is id/rank; tiers are device, host, disk, external. Every case runs
-// with CheckInvariants on.
+// A worker is id/rank; a tier is device, host, disk, external or a number;
+// hashes are numbers (0x for hex).
 func TestScript(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runScript(t, f) })
-	}
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		ix := New(Config{Shards: 4, CheckInvariants: true})
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return runScriptCmd(t, ix, d)
+		})
+	})
 }
 
-func runScript(t *testing.T, path string) {
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+// runScriptCmd runs one command of a script on ix and returns its output.
+func runScriptCmd(t *testing.T, ix *Index, d *datadriven.TestData) string {
+	switch d.Cmd {
+	case "store":
+		return scriptStore(t, ix, d)
+	case "storetier":
+		return errResult(ix.StoreTier(scriptWorker(t, d), scriptHashes(t, d, "hashes"), scriptTier(t, d)))
+	case "remove":
+		return errResult(ix.Remove(scriptWorker(t, d), scriptHashes(t, d, "hashes"), scriptTier(t, d)))
+	case "clear":
+		ix.Clear(scriptWorker(t, d))
+		return "ok\n"
+	case "removeworker":
+		var id string
+		d.ScanArgs(t, "id", &id)
+		ix.RemoveWorker(id)
+		return "ok\n"
+	case "match":
+		return formatScores(ix, ix.Match(scriptHashes(t, d, "prompt"), nil))
+	case "cached":
+		return fmt.Sprintf("%d\n", ix.Cached(scriptWorker(t, d)))
+	case "workers":
+		return formatWorkers(ix.Workers())
+	case "stats":
+		s := ix.Stats()
+		return fmt.Sprintf("stores=%d removes=%d stored=%d removed=%d parent_not_found=%d invalid=%d block_not_found=%d duplicate_store=%d nodes=%d residencies=%d\n",
+			s.Stores, s.Removes, s.BlocksStored, s.BlocksRemoved, s.ParentNotFound, s.Invalid,
+			s.BlockNotFound, s.DuplicateStore, s.Nodes, s.Residencies)
 	}
-	defer fh.Close()
-	ix := New(Config{Shards: 4, CheckInvariants: true})
-	var lines []string
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
+	d.Fatalf(t, "unknown command %q", d.Cmd)
+	return ""
+}
+
+// scriptStore runs a store command: blocks are engine hash:block hash pairs.
+func scriptStore(t *testing.T, ix *Index, d *datadriven.TestData) string {
+	var parent uint64
+	hasParent := d.HasArg("parent")
+	if hasParent {
+		parent = scriptHashes(t, d, "parent")[0]
 	}
-	var outFile strings.Builder
-	for i := 0; i < len(lines); {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			outFile.WriteString(l + "\n")
-			i++
-			continue
-		}
-		cmd := l
-		lineNo := i + 1
-		i++
-		if i >= len(lines) || lines[i] != "----" {
-			t.Fatalf("%s:%d: want ---- after command", path, lineNo)
-		}
-		i++
-		var want []string
-		for i < len(lines) && strings.TrimSpace(lines[i]) != "" {
-			want = append(want, lines[i])
-			i++
-		}
-		got, err := runCommand(ix, cmd)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", path, lineNo, cmd, err)
-		}
-		outFile.WriteString(cmd + "\n----\n" + got)
-		if w := strings.Join(want, "\n") + "\n"; got != w && !*rewrite {
-			t.Errorf("%s:%d: %s\ngot:\n%swant:\n%s", path, lineNo, cmd, got, w)
+	tier := kv.TierDevice
+	if d.HasArg("tier") {
+		tier = scriptTier(t, d)
+	}
+	var blocks []kv.Block
+	if arg, ok := d.Arg("blocks"); ok {
+		for _, v := range arg.Vals {
+			e, h, ok := strings.Cut(v, ":")
+			if !ok {
+				d.Fatalf(t, "bad block %q (want eh:bh)", v)
+			}
+			blocks = append(blocks, kv.Block{EngineHash: parseHash(t, d, e), BlockHash: parseHash(t, d, h)})
 		}
 	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(outFile.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return errResult(ix.Store(scriptWorker(t, d), parent, hasParent, tier, blocks))
 }
 
 var tierNames = [kv.NumTiers]string{"device", "host", "disk", "external"}
 
-func parseTier(s string) (kv.Tier, error) {
+// scriptTier is the tier argument: a tier's name or a number (which may be
+// out of range, to test that).
+func scriptTier(t *testing.T, d *datadriven.TestData) kv.Tier {
+	var s string
+	d.ScanArgs(t, "tier", &s)
 	for i, n := range tierNames {
 		if s == n {
-			return kv.Tier(i), nil
+			return kv.Tier(i)
 		}
 	}
-	if v, err := strconv.Atoi(s); err == nil {
-		return kv.Tier(v), nil
+	v, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		d.Fatalf(t, "bad tier %q", s)
 	}
-	return 0, fmt.Errorf("bad tier %q", s)
+	return kv.Tier(v)
 }
 
-func parseWorker(s string) (kv.WorkerRank, error) {
+// scriptWorker is the worker argument, id/rank.
+func scriptWorker(t *testing.T, d *datadriven.TestData) kv.WorkerRank {
+	var s string
+	d.ScanArgs(t, "worker", &s)
 	id, rank, ok := strings.Cut(s, "/")
-	if !ok {
-		return kv.WorkerRank{}, fmt.Errorf("bad worker %q (want id/rank)", s)
-	}
 	r, err := strconv.ParseUint(rank, 10, 32)
-	return kv.WorkerRank{ID: id, DPRank: uint32(r)}, err
+	if !ok || err != nil {
+		d.Fatalf(t, "bad worker %q (want id/rank)", s)
+	}
+	return kv.WorkerRank{ID: id, DPRank: uint32(r)}
 }
 
-func parseHashes(args []string) ([]uint64, error) {
-	out := make([]uint64, 0, len(args))
-	for _, a := range args {
-		v, err := strconv.ParseUint(a, 0, 64)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
+// scriptHashes is the list of hashes of argument key (none when it is absent).
+func scriptHashes(t *testing.T, d *datadriven.TestData, key string) []uint64 {
+	arg, _ := d.Arg(key)
+	out := make([]uint64, 0, len(arg.Vals))
+	for _, v := range arg.Vals {
+		out = append(out, parseHash(t, d, v))
 	}
-	return out, nil
+	return out
+}
+
+func parseHash(t *testing.T, d *datadriven.TestData, s string) uint64 {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 0, 64)
+	if err != nil {
+		d.Fatalf(t, "bad hash %q: %v", s, err)
+	}
+	return v
 }
 
 func errResult(err error) string {
@@ -134,120 +154,33 @@ func errResult(err error) string {
 	return "error: unexpected " + err.Error() + "\n"
 }
 
-func formatScores(ix *Index, s []Score) string {
-	if len(s) == 0 {
+// formatScores lists a match's scores, one line per worker/rank by name.
+func formatScores(ix *Index, out []Score) string {
+	if len(out) == 0 {
 		return "(none)\n"
 	}
-	scores := nameScores(ix, s)
+	scores := nameScores(ix, out)
 	sort.Slice(scores, func(i, j int) bool { return scores[i].Worker.String() < scores[j].Worker.String() })
 	var b strings.Builder
-	for _, s := range scores {
-		fmt.Fprintf(&b, "%s matched=%d", s.Worker, s.Matched)
-		for t, n := range s.ByTier {
+	for _, sc := range scores {
+		fmt.Fprintf(&b, "%s matched=%d", sc.Worker, sc.Matched)
+		for t, n := range sc.ByTier {
 			if n > 0 {
 				fmt.Fprintf(&b, " %s=%d", tierNames[t], n)
 			}
 		}
-		fmt.Fprintf(&b, " cached=%d\n", s.Cached)
+		fmt.Fprintf(&b, " cached=%d\n", sc.Cached)
 	}
 	return b.String()
 }
 
-func runCommand(ix *Index, cmd string) (string, error) {
-	f := strings.Fields(cmd)
-	switch f[0] {
-	case "store":
-		if len(f) < 2 {
-			return "", errors.New("store: no worker")
-		}
-		w, err := parseWorker(f[1])
-		if err != nil {
-			return "", err
-		}
-		var parent uint64
-		hasParent, tier := false, kv.TierDevice
-		var blocks []kv.Block
-		for _, a := range f[2:] {
-			switch {
-			case strings.HasPrefix(a, "parent="):
-				if parent, err = strconv.ParseUint(a[7:], 0, 64); err != nil {
-					return "", err
-				}
-				hasParent = true
-			case strings.HasPrefix(a, "tier="):
-				if tier, err = parseTier(a[5:]); err != nil {
-					return "", err
-				}
-			default:
-				e, h, ok := strings.Cut(a, ":")
-				if !ok {
-					return "", fmt.Errorf("bad block %q (want eh:bh)", a)
-				}
-				hs, err := parseHashes([]string{e, h})
-				if err != nil {
-					return "", err
-				}
-				blocks = append(blocks, kv.Block{EngineHash: hs[0], BlockHash: hs[1]})
-			}
-		}
-		return errResult(ix.Store(w, parent, hasParent, tier, blocks)), nil
-	case "storetier", "remove":
-		if len(f) < 3 {
-			return "", fmt.Errorf("%s: want worker and tier", f[0])
-		}
-		w, err := parseWorker(f[1])
-		if err != nil {
-			return "", err
-		}
-		tier, err := parseTier(f[2])
-		if err != nil {
-			return "", err
-		}
-		hs, err := parseHashes(f[3:])
-		if err != nil {
-			return "", err
-		}
-		if f[0] == "remove" {
-			return errResult(ix.Remove(w, hs, tier)), nil
-		}
-		return errResult(ix.StoreTier(w, hs, tier)), nil
-	case "clear":
-		w, err := parseWorker(f[1])
-		if err != nil {
-			return "", err
-		}
-		ix.Clear(w)
-		return "ok\n", nil
-	case "removeworker":
-		ix.RemoveWorker(f[1])
-		return "ok\n", nil
-	case "match":
-		hs, err := parseHashes(f[1:])
-		if err != nil {
-			return "", err
-		}
-		return formatScores(ix, ix.Match(hs, nil)), nil
-	case "cached":
-		w, err := parseWorker(f[1])
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%d\n", ix.Cached(w)), nil
-	case "workers":
-		ws := ix.Workers()
-		if len(ws) == 0 {
-			return "(none)\n", nil
-		}
-		var b strings.Builder
-		for _, w := range ws {
-			b.WriteString(w.String() + "\n")
-		}
-		return b.String(), nil
-	case "stats":
-		s := ix.Stats()
-		return fmt.Sprintf("stores=%d removes=%d stored=%d removed=%d parent_not_found=%d invalid=%d block_not_found=%d duplicate_store=%d nodes=%d residencies=%d\n",
-			s.Stores, s.Removes, s.BlocksStored, s.BlocksRemoved, s.ParentNotFound, s.Invalid,
-			s.BlockNotFound, s.DuplicateStore, s.Nodes, s.Residencies), nil
+func formatWorkers(workers []kv.WorkerRank) string {
+	if len(workers) == 0 {
+		return "(none)\n"
 	}
-	return "", fmt.Errorf("unknown command %q", f[0])
+	var b strings.Builder
+	for _, w := range workers {
+		b.WriteString(w.String() + "\n")
+	}
+	return b.String()
 }
