@@ -94,12 +94,12 @@ func TestDerive(t *testing.T) {
 		if !ok {
 			t.Fatalf("iter %d: derive refused", iter)
 		}
-		ws := newShard()
+		fresh := newShard()
 		want := uint32(emptySet)
 		if len(e) > 0 {
-			want = setOf(ws, e)
+			want = setOf(fresh, e)
 		}
-		g, w := &s.sets[got], &ws.sets[want]
+		g, w := &s.sets[got], &fresh.sets[want]
 		if all := g.appendEntries(nil); !slices.Equal(all, e) || g.bits.n != w.bits.n || g.hash != w.hash || !slices.Equal(g.e, w.e) ||
 			!slices.Equal(g.bits.bm, w.bits.bm) || g.bits.lo != w.bits.lo || g.bits.w != w.bits.w || g.bits.tiers != w.bits.tiers {
 			t.Fatalf("iter %d: slot %d found %v keep %v: got %x %+v, want %x %+v (entries %x)", iter, slot, found, keep, g.e, g.bits, w.e, w.bits, e)

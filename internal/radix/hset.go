@@ -2,7 +2,7 @@ package radix
 
 import "math/bits"
 
-// hset is an immutable set of holder entries (see entry), shared by every
+// hset is an immutable set of holder entries (see entrySlot), shared by every
 // node whose holders are exactly these. It is kept in one of two forms, which
 // depends only on its content (see useBits), so that two sets are equal iff
 // their forms are:

@@ -8,9 +8,9 @@ import (
 )
 
 // TestHolderCountLimit: a node counts at most maxHolderCount engine hashes of
-// one worker per tier. A 256th is skipped and counted invalid, instead of
-// saturating the count, which let removing the first 255 free a node the
-// 256th was still bound to (and a later remove index a freed shard).
+// one worker per tier. A 256th is skipped and counted invalid: a saturated
+// count would let removing the first 255 free a node the 256th is still bound
+// to (and a later remove index a freed shard).
 func TestHolderCountLimit(t *testing.T) {
 	ix := New(Config{CheckInvariants: true}) // invariants checked after every call
 	w := kv.WorkerRank{ID: "w"}

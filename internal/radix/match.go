@@ -59,9 +59,8 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 // walk follows blockHashes from the node id at depth 0 (path key k, holder
 // set set) in sh, whose read lock the caller holds, merging a's workers (whose
 // scores are out) with every holder set that differs from the last one's. It
-// returns the depth
-// where the walk stopped (the prompt's end, a block no node has, or the last
-// worker leaving) with every shard lock released.
+// returns the depth where the walk stopped (the prompt's end, a block no node
+// has, or the last worker leaving), with every shard lock released.
 //
 // It takes the read lock of one shard at a time, that of the segment it is in
 // (see Config.SegmentBlocks), so a Match racing a store sees each segment of

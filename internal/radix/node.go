@@ -12,7 +12,7 @@ const (
 
 // nodeMeta is a node: 24 bytes, so that Match, which checks a node's key and
 // parent and reads its set, finds the next node of a run on the same or the
-// next cache line (a run's nodes get consecutive ids, see Match).
+// next cache line (a run's nodes get consecutive ids, see alloc).
 type nodeMeta struct {
 	key    uint64 // path key (rootKey for the root)
 	parent uint32 // noParent for the root and for free nodes
@@ -21,17 +21,21 @@ type nodeMeta struct {
 	depth  uint32 // blocks before this one on its path
 }
 
+// nodeChunk is chunkSize nodes of the arena: ids id>>chunkBits.
 type nodeChunk struct {
 	meta [chunkSize]nodeMeta
 }
 
+// ovKey keys an unchained node whose path key another node has in kids.
 type ovKey struct {
 	parent uint32
 	key    uint64
 }
 
+// meta returns node id.
 func (s *shard) meta(id uint32) *nodeMeta { return &s.chunks[id>>chunkBits].meta[id&chunkMask] }
 
+// key returns node id's path key.
 func (s *shard) key(id uint32) uint64 {
 	if id == rootID {
 		return rootKey

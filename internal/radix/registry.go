@@ -11,7 +11,7 @@ import (
 // Match may map a slot found in a holder set to its worker without locks.
 type registry struct {
 	mu  sync.Mutex
-	byW sync.Map // Worker -> *workerState
+	byW sync.Map // kv.WorkerRank -> *workerState
 	dir atomic.Pointer[[]*slotChunk]
 	n   uint32
 }
@@ -66,7 +66,7 @@ func (r *registry) getOrCreate(w kv.WorkerRank) *workerState {
 	return ws
 }
 
-// slots returns a snapshot of the slot directory for bySlot.
+// slots returns a snapshot of the slot directory, for slotOf.
 func (r *registry) slots() []*slotChunk {
 	if p := r.dir.Load(); p != nil {
 		return *p

@@ -83,8 +83,8 @@ func scriptStore(t *testing.T, ix *Index, d *datadriven.TestData) string {
 	var blocks []kv.Block
 	if arg, ok := d.Arg("blocks"); ok {
 		for _, v := range arg.Vals {
-			e, h, ok := strings.Cut(v, ":")
-			if !ok {
+			e, h, cut := strings.Cut(v, ":")
+			if !cut {
 				d.Fatalf(t, "bad block %q (want eh:bh)", v)
 			}
 			blocks = append(blocks, kv.Block{EngineHash: parseHash(t, d, e), BlockHash: parseHash(t, d, h)})

@@ -12,8 +12,8 @@ import "math/bits"
 // multiply away: the backward shift of a delete computes it for every slot of
 // the cluster. Key 0 marks an empty slot, so it is kept aside.
 //
-// It replaces Go maps on the write path: under insert/delete churn they spend
-// most of their time probing, and their memory never shrinks.
+// The write path uses it rather than Go maps: under insert/delete churn those
+// spend most of their time probing, and their memory never shrinks.
 type u64map struct {
 	slots   []u64slot
 	n       int // keys in slots

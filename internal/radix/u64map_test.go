@@ -59,9 +59,9 @@ func TestU64Map(t *testing.T) {
 				t.Fatalf("step %d: all visited %d of %d", step, n, len(ref))
 			}
 			for range 20 {
-				k := uint64(3000 + r.IntN(1000))
-				if _, ok := m.get(k); ok {
-					t.Fatalf("step %d: absent key %d found", step, k)
+				absent := uint64(3000 + r.IntN(1000))
+				if _, ok := m.get(absent); ok {
+					t.Fatalf("step %d: absent key %d found", step, absent)
 				}
 			}
 		}

@@ -27,4 +27,5 @@ type workerState struct {
 	sink uint64 // keeps prefetching loads alive
 }
 
+// setCached publishes ws's index size to Match (through its slot entry).
 func (ws *workerState) setCached() { ws.cached.Store(uint64(ws.blocks.len())) }
