@@ -282,55 +282,7 @@ func BenchmarkMatch512(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "matches/s")
 	})
-	b.Run("index-offloaded", func(b *testing.B) {
-		// Every 4th worker's copies of the prompts' blocks move from the
-		// device to the host tier (as an engine offloading to CPU memory
-		// reports them), so that Match keeps per-worker tier accounting;
-		// the index is put back as it was afterwards, and checked.
-		before := make([][]Score, len(st.prompts))
-		for i, p := range st.prompts {
-			before[i] = st.ix.Match(p, nil)
-		}
-		move := func(from, to kv.Tier) int {
-			moved := 0
-			for wi := 0; wi < len(st.wl.workers); wi += 4 {
-				ww := st.wl.workers[wi]
-				for _, p := range st.prompts {
-					var path, eh uint64
-					ehs := make([]uint64, 0, len(p))
-					for _, bh := range p {
-						if path, eh = ww.engineHash(path, bh); st.ix.holds(ww.w, eh, from) {
-							ehs = append(ehs, eh)
-						}
-					}
-					if st.ix.StoreTier(ww.w, ehs, to) != nil || st.ix.Remove(ww.w, ehs, from) != nil {
-						b.Fatalf("moving %s's blocks from tier %d to %d failed", ww.w, from, to)
-					}
-					moved += len(ehs)
-				}
-			}
-			return moved
-		}
-		moved := move(kv.TierDevice, kv.TierHost)
-		b.Logf("offloaded: %d block copies moved to the host tier; %s", moved, walkStats(st.ix, st.prompts))
-		var host float64
-		for _, p := range st.prompts {
-			for _, sc := range st.ix.Match(p, nil) {
-				host += float64(sc.ByTier[kv.TierHost])
-			}
-		}
-		st.timeMatches(b)
-		b.ReportMetric(host/float64(len(st.prompts)), "host-blocks/match")
-		b.StopTimer()
-		if back := move(kv.TierHost, kv.TierDevice); back != moved || host == 0 {
-			b.Fatalf("moved %d block copies to the host tier (%v matched there) and %d back", moved, host, back)
-		}
-		for i, p := range st.prompts {
-			if got := st.ix.Match(p, nil); !slices.Equal(got, before[i]) {
-				b.Fatalf("prompt %d matches differently after the blocks moved back", i)
-			}
-		}
-	})
+	b.Run("index-offloaded", st.timeOffloadedMatches)
 	b.Run("baseline", func(b *testing.B) {
 		var out []baseScore
 		var act []int32
@@ -342,6 +294,56 @@ func BenchmarkMatch512(b *testing.B) {
 		}
 		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/match")
 	})
+}
+
+// timeOffloadedMatches is timeMatches with every 4th worker's copies of the
+// prompts' blocks moved from the device to the host tier (as an engine
+// offloading to CPU memory reports them), so that Match keeps per-worker tier
+// accounting; the index is put back as it was afterwards, and checked.
+func (st *benchState) timeOffloadedMatches(b *testing.B) {
+	before := make([][]Score, len(st.prompts))
+	for i, p := range st.prompts {
+		before[i] = st.ix.Match(p, nil)
+	}
+	move := func(from, to kv.Tier) int {
+		moved := 0
+		for wi := 0; wi < len(st.wl.workers); wi += 4 {
+			ww := st.wl.workers[wi]
+			for _, p := range st.prompts {
+				var path, eh uint64
+				ehs := make([]uint64, 0, len(p))
+				for _, bh := range p {
+					if path, eh = ww.engineHash(path, bh); st.ix.holds(ww.w, eh, from) {
+						ehs = append(ehs, eh)
+					}
+				}
+				if st.ix.StoreTier(ww.w, ehs, to) != nil || st.ix.Remove(ww.w, ehs, from) != nil {
+					b.Fatalf("moving %s's blocks from tier %d to %d failed", ww.w, from, to)
+				}
+				moved += len(ehs)
+			}
+		}
+		return moved
+	}
+	moved := move(kv.TierDevice, kv.TierHost)
+	b.Logf("offloaded: %d block copies moved to the host tier; %s", moved, walkStats(st.ix, st.prompts))
+	var host float64
+	for _, p := range st.prompts {
+		for _, sc := range st.ix.Match(p, nil) {
+			host += float64(sc.ByTier[kv.TierHost])
+		}
+	}
+	st.timeMatches(b)
+	b.ReportMetric(host/float64(len(st.prompts)), "host-blocks/match")
+	b.StopTimer()
+	if back := move(kv.TierHost, kv.TierDevice); back != moved || host == 0 {
+		b.Fatalf("moved %d block copies to the host tier (%v matched there) and %d back", moved, host, back)
+	}
+	for i, p := range st.prompts {
+		if got := st.ix.Match(p, nil); !slices.Equal(got, before[i]) {
+			b.Fatalf("prompt %d matches differently after the blocks moved back", i)
+		}
+	}
 }
 
 // timeMatches times b.N matches of the prompts in turn, reusing one out, and

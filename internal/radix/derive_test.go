@@ -16,113 +16,27 @@ import (
 // from scratch, make: the same entries, form and bitmaps.
 func TestDerive(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	counts := func() uint64 { // per-tier counts, one device copy most often
-		if r.IntN(3) > 0 {
-			return 1
-		}
-		var c uint64
-		for c == 0 {
-			for tr := range kv.NumTiers {
-				if r.IntN(4) == 0 || (tr == kv.TierDevice && r.IntN(2) == 0) {
-					c |= uint64(1+r.IntN(3)) << (8 * tr)
-				}
-			}
-		}
-		return c
-	}
-	// setOf interns e in s as derive would have made it.
-	setOf := func(s *shard, e []uint64) uint32 {
-		var h uint64
-		for _, x := range e {
-			h += mixEntry(x)
-		}
-		sb := makeBits(e, s.spare.get)
-		kept := slices.Clone(e)
-		if sb.bm != nil {
-			kept = slices.DeleteFunc(kept, plainEntry)
-			if len(kept) == 0 {
-				kept = nil
-			}
-		}
-		return s.add(h, uint32(len(e)), kept, sb)
-	}
 	kinds := map[string]int{}
 	for iter := range 20000 {
-		n := 1 + r.IntN(60)
-		gap := []int{1, 2, 3, 4, 20, 48}[r.IntN(6)] // wide gaps make sets too sparse for bitmaps
-		base := uint32(r.IntN(300))
-		var old []uint64
-		for i := range n {
-			old = append(old, uint64(base+uint32(i*gap+r.IntN(gap)))<<32|counts())
-		}
-		old = slices.CompactFunc(old, func(a, b uint64) bool { return entrySlot(a) == entrySlot(b) })
-		// The changed slot: an existing one or a new one (maybe below or above all).
-		var slot uint32
-		if r.IntN(2) == 0 {
-			slot = entrySlot(old[r.IntN(len(old))])
-		} else {
-			slot = uint32(r.IntN(int(entrySlot(old[len(old)-1])) + 200))
-		}
-		i, found := slices.BinarySearchFunc(old, slot, func(e uint64, s uint32) int { return cmp.Compare(entrySlot(e), s) })
-		var cur uint64
-		if found {
-			cur = old[i]
-		}
-		keep := !found || r.IntN(3) > 0
-		var ne uint64
-		if keep {
-			ne = uint64(slot)<<32 | counts()
-		}
-		var d tierDelta
-		for tr := range kv.NumTiers {
-			d[tr] = int8(entryCount(ne, tr)) - int8(entryCount(cur, tr))
-		}
-		e := slices.Clone(old)
-		switch {
-		case found && keep:
-			e[i] = ne
-		case found:
-			e = slices.Delete(e, i, i+1)
-		default:
-			e = slices.Insert(e, i, ne)
-		}
-
+		c := randDeriveCase(r)
 		s := newShard()
-		oid := setOf(s, old)
+		oid := internAs(s, c.old)
 		s.sets[oid].refs = 1
-		got, ok := s.derive(oid, slot, d)
+		got, ok := s.derive(oid, c.slot, c.d)
 		if !ok {
 			t.Fatalf("iter %d: derive refused", iter)
 		}
 		fresh := newShard()
 		want := uint32(emptySet)
-		if len(e) > 0 {
-			want = setOf(fresh, e)
+		if len(c.want) > 0 {
+			want = internAs(fresh, c.want)
 		}
 		g, w := &s.sets[got], &fresh.sets[want]
-		if all := g.appendEntries(nil); !slices.Equal(all, e) || g.bits.n != w.bits.n || g.hash != w.hash || !slices.Equal(g.e, w.e) ||
+		if all := g.appendEntries(nil); !slices.Equal(all, c.want) || g.bits.n != w.bits.n || g.hash != w.hash || !slices.Equal(g.e, w.e) ||
 			!slices.Equal(g.bits.bm, w.bits.bm) || g.bits.lo != w.bits.lo || g.bits.w != w.bits.w || g.bits.tiers != w.bits.tiers {
-			t.Fatalf("iter %d: slot %d found %v keep %v: got %x %+v, want %x %+v (entries %x)", iter, slot, found, keep, g.e, g.bits, w.e, w.bits, e)
+			t.Fatalf("iter %d: slot %d found %v keep %v: got %x %+v, want %x %+v (entries %x)", iter, c.slot, c.found, c.keep, g.e, g.bits, w.e, w.bits, c.want)
 		}
-		ob := s.sets[oid].bits
-		switch {
-		case ne == cur:
-			kinds["unchanged"]++
-		case ob.bm == nil && g.bits.bm != nil:
-			kinds["to bitmaps"]++
-		case ob.bm == nil:
-			kinds["entries"]++
-		case g.bits.bm == nil:
-			kinds["from bitmaps"]++
-		case g.bits.tiers != ob.tiers:
-			kinds["planes changed"]++
-		case g.bits.lo != ob.lo || g.bits.w != ob.w:
-			kinds["range changed"]++
-		case !slices.Equal(g.e, s.sets[oid].e):
-			kinds["others changed"]++
-		default:
-			kinds["bit moved"]++
-		}
+		kinds[deriveKind(c, &s.sets[oid], g)]++
 	}
 	for _, k := range []string{"entries", "to bitmaps", "from bitmaps", "planes changed", "range changed", "others changed", "bit moved"} {
 		if kinds[k] < 10 {
@@ -130,4 +44,110 @@ func TestDerive(t *testing.T) {
 		}
 	}
 	t.Log(kinds)
+}
+
+// deriveCase is a change of one entry of a holder set: slot's entry cur
+// (found: the set has one) becomes ne (keep: ne has copies), by d.
+type deriveCase struct {
+	old, want   []uint64 // the set's entries before and after
+	slot        uint32
+	cur, ne     uint64
+	found, keep bool
+	d           tierDelta
+}
+
+// randDeriveCase draws a set and a change of one of its slots, existing or
+// new (maybe below or above all).
+func randDeriveCase(r *rand.Rand) deriveCase {
+	n := 1 + r.IntN(60)
+	gap := []int{1, 2, 3, 4, 20, 48}[r.IntN(6)] // wide gaps make sets too sparse for bitmaps
+	base := uint32(r.IntN(300))
+	var c deriveCase
+	for i := range n {
+		c.old = append(c.old, uint64(base+uint32(i*gap+r.IntN(gap)))<<32|randCounts(r))
+	}
+	c.old = slices.CompactFunc(c.old, func(a, b uint64) bool { return entrySlot(a) == entrySlot(b) })
+	if r.IntN(2) == 0 {
+		c.slot = entrySlot(c.old[r.IntN(len(c.old))])
+	} else {
+		c.slot = uint32(r.IntN(int(entrySlot(c.old[len(c.old)-1])) + 200))
+	}
+	i, found := slices.BinarySearchFunc(c.old, c.slot, func(e uint64, s uint32) int { return cmp.Compare(entrySlot(e), s) })
+	c.found = found
+	if found {
+		c.cur = c.old[i]
+	}
+	c.keep = !found || r.IntN(3) > 0
+	if c.keep {
+		c.ne = uint64(c.slot)<<32 | randCounts(r)
+	}
+	for tr := range kv.NumTiers {
+		c.d[tr] = int8(entryCount(c.ne, tr)) - int8(entryCount(c.cur, tr))
+	}
+	c.want = slices.Clone(c.old)
+	switch {
+	case found && c.keep:
+		c.want[i] = c.ne
+	case found:
+		c.want = slices.Delete(c.want, i, i+1)
+	default:
+		c.want = slices.Insert(c.want, i, c.ne)
+	}
+	return c
+}
+
+// randCounts draws an entry's per-tier counts: one device copy most often.
+func randCounts(r *rand.Rand) uint64 {
+	if r.IntN(3) > 0 {
+		return 1
+	}
+	var c uint64
+	for c == 0 {
+		for tr := range kv.NumTiers {
+			if r.IntN(4) == 0 || (tr == kv.TierDevice && r.IntN(2) == 0) {
+				c |= uint64(1+r.IntN(3)) << (8 * tr)
+			}
+		}
+	}
+	return c
+}
+
+// internAs interns the entries e in s as derive would have made their set.
+func internAs(s *shard, e []uint64) uint32 {
+	var h uint64
+	for _, x := range e {
+		h += mixEntry(x)
+	}
+	sb := makeBits(e, s.spare.get)
+	kept := slices.Clone(e)
+	if sb.bm != nil {
+		kept = slices.DeleteFunc(kept, plainEntry)
+		if len(kept) == 0 {
+			kept = nil
+		}
+	}
+	return s.add(h, uint32(len(e)), kept, sb)
+}
+
+// deriveKind names the kind of change c made of set old into got, so that
+// the test can check that every kind was exercised.
+func deriveKind(c deriveCase, old, got *hset) string {
+	ob := old.bits
+	switch {
+	case c.ne == c.cur:
+		return "unchanged"
+	case ob.bm == nil && got.bits.bm != nil:
+		return "to bitmaps"
+	case ob.bm == nil:
+		return "entries"
+	case got.bits.bm == nil:
+		return "from bitmaps"
+	case got.bits.tiers != ob.tiers:
+		return "planes changed"
+	case got.bits.lo != ob.lo || got.bits.w != ob.w:
+		return "range changed"
+	case !slices.Equal(got.e, old.e):
+		return "others changed"
+	}
+	return "bit moved"
 }

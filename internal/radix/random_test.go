@@ -70,6 +70,31 @@ func TestRandomConcurrent(t *testing.T) {
 	for i := range prompts {
 		prompts[i] = randPrompt(r, 1+r.IntN(10))
 	}
+	gens, all := concurrentGens(writers)
+	for round := range rounds {
+		if err := writeRacingMatches(ix, m, gens, ops, prompts); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// Quiescent: compare everything, with matchers racing each other.
+		if err := matchAllConcurrently(ix, m, prompts); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		compareAll(t, ix, m, prompts, all)
+	}
+	// The whole fleet leaves: nothing may remain.
+	for _, w := range all {
+		ix.RemoveWorker(w.ID)
+		m.RemoveWorker(w.ID)
+	}
+	compareAll(t, ix, m, prompts, all)
+	if st := ix.Stats(); st.Nodes != 0 || st.Residencies != 0 {
+		t.Fatalf("after removing every worker: %+v", st)
+	}
+}
+
+// concurrentGens returns one operation generator per writer, each for two
+// ranks of its own worker, and all their ranks.
+func concurrentGens(writers int) ([]*opGen, []kv.WorkerRank) {
 	gens := make([]*opGen, writers)
 	var all []kv.WorkerRank
 	for i := range gens {
@@ -84,88 +109,90 @@ func TestRandomConcurrent(t *testing.T) {
 		}
 		gens[i] = g
 	}
-	for round := range rounds {
-		var wg sync.WaitGroup
-		errc := make(chan error, writers+4)
-		stop := make(chan struct{})
-		var mwg sync.WaitGroup
-		for mi := range 3 {
-			mwg.Add(1)
-			go func() {
-				defer mwg.Done()
-				var buf []Score
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					p := prompts[(i*7+mi)%len(prompts)]
-					buf = ix.Match(p, buf)
-					if err := checkScoreSanity(p, buf); err != nil {
-						errc <- err
-						return
-					}
+	return gens, all
+}
+
+// writeRacingMatches applies ops operations of each generator to ix and m, a
+// goroutine per generator, while three matchers check every match against
+// checkScoreSanity until the writers are done. It returns the first error.
+func writeRacingMatches(ix *Index, m *refModel, gens []*opGen, ops int, prompts [][]uint64) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, len(gens)+4)
+	stop := make(chan struct{})
+	var mwg sync.WaitGroup
+	for mi := range 3 {
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			var buf []Score
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-			}()
-		}
-		for _, g := range gens {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range ops {
-					op := g.next()
-					err := applyBoth(ix, m, op)
-					if err != nil && !errors.Is(err, errModel) {
-						errc <- err
-						return
-					}
-					g.learn(op, err)
+				p := prompts[(i*7+mi)%len(prompts)]
+				buf = ix.Match(p, buf)
+				if err := checkScoreSanity(p, buf); err != nil {
+					errc <- err
+					return
 				}
-			}()
-		}
-		wg.Wait()
-		close(stop)
-		mwg.Wait()
-		select {
-		case err := <-errc:
-			t.Fatalf("round %d: %v", round, err)
-		default:
-		}
-		// Quiescent: compare everything, with matchers racing each other.
-		var cwg sync.WaitGroup
-		for mi := range 4 {
-			cwg.Add(1)
-			go func() {
-				defer cwg.Done()
-				var buf []Score
-				for i := mi; i < len(prompts); i += 4 {
-					buf = ix.Match(prompts[i], buf)
-					got := nameScores(ix, buf)
-					sortScores(got)
-					if want := m.Match(prompts[i]); !slices.Equal(got, want) {
-						errc <- fmt.Errorf("match %v:\n got %v\nwant %v", prompts[i], got, want)
-						return
-					}
-				}
-			}()
-		}
-		cwg.Wait()
-		select {
-		case err := <-errc:
-			t.Fatalf("round %d: %v", round, err)
-		default:
-		}
-		compareAll(t, ix, m, prompts, all)
+			}
+		}()
 	}
-	// The whole fleet leaves: nothing may remain.
-	for _, w := range all {
-		ix.RemoveWorker(w.ID)
-		m.RemoveWorker(w.ID)
+	for _, g := range gens {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range ops {
+				op := g.next()
+				err := applyBoth(ix, m, op)
+				if err != nil && !errors.Is(err, errModel) {
+					errc <- err
+					return
+				}
+				g.learn(op, err)
+			}
+		}()
 	}
-	compareAll(t, ix, m, prompts, all)
-	if st := ix.Stats(); st.Nodes != 0 || st.Residencies != 0 {
-		t.Fatalf("after removing every worker: %+v", st)
+	wg.Wait()
+	close(stop)
+	mwg.Wait()
+	return firstError(errc)
+}
+
+// matchAllConcurrently matches every prompt on four goroutines and compares
+// each match with the model's. It returns the first difference.
+func matchAllConcurrently(ix *Index, m *refModel, prompts [][]uint64) error {
+	errc := make(chan error, 4)
+	var cwg sync.WaitGroup
+	for mi := range 4 {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			var buf []Score
+			for i := mi; i < len(prompts); i += 4 {
+				buf = ix.Match(prompts[i], buf)
+				got := nameScores(ix, buf)
+				sortScores(got)
+				if want := m.Match(prompts[i]); !slices.Equal(got, want) {
+					errc <- fmt.Errorf("match %v:\n got %v\nwant %v", prompts[i], got, want)
+					return
+				}
+			}
+		}()
+	}
+	cwg.Wait()
+	return firstError(errc)
+}
+
+// firstError returns the first error sent on errc, or nil.
+func firstError(errc chan error) error {
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
 	}
 }
 
