@@ -3,9 +3,11 @@ package state
 import (
 	"bufio"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,21 +17,26 @@ import (
 )
 
 // The snapshot benchmarks run on a fleet like the radix benchmark's: each
-// rank holds 16,384 blocks, the union of the prompts it served; a prompt is
+// rank binds 16,384 nodes, the union of the prompts it served; a prompt is
 // one of 32 system prompts (8-64 blocks, skewed popularity) and a turn of a
 // conversation (200,000 conversations, Zipf 1.1, up to 512 blocks), so
-// popular prefixes sit on many ranks and their router block hashes repeat
-// across ranks. Engine hashes are random per rank and prefix. Blocks are
-// written depth first; 85% are one copy on device, 10% one on host, 5% one
-// on each.
+// popular prefixes sit on many ranks and their nodes are shared. Nodes are
+// keyed by path key, in 64 shards by segment (64 blocks, then powers of
+// two, as the index cuts them). A rank writes the nodes no earlier rank
+// wrote, depth first, then its bindings in ref order, one engine hash per
+// node, random; 85% are one copy on device, 10% one on host, 5% one on
+// each.
 //
-// The default size is 100 ranks (1.6 M residencies, ~40 MB of test data);
-// KVROUTER_BENCH_FULL=1 runs the 1000 ranks x 16,384 blocks (16.4
-// M residencies, ~400 MB of test data, and a ~200 MB file for the load):
+// The default size is 100 ranks (1.6 M residencies, ~35 MB of test data);
+// KVROUTER_BENCH_FULL=1 runs the 1000 ranks x 16,384 bindings
+// (16.4 M residencies, ~350 MB of test data, and a ~180 MB file for the
+// load):
 //
 //	KVROUTER_BENCH_FULL=1 go test -run '^$' -bench Snapshot -benchmem -benchtime 3x ./internal/state
 
-const benchBlocksPerRank = 16384
+const benchBindingsPerRank = 16384
+
+var benchGeometry = Geometry{Shards: 64, SegmentBlocks: 64}
 
 func benchRanks() int {
 	if os.Getenv("KVROUTER_BENCH_FULL") == "1" {
@@ -39,33 +46,20 @@ func benchRanks() int {
 }
 
 var benchData struct {
-	once  sync.Once
-	ranks []rankData
-	res   uint64
+	once sync.Once
+	snap snapData
+	c    Counts
 }
 
 // benchFleet generates the fleet once per process.
-func benchFleet(b *testing.B) ([]rankData, uint64) {
+func benchFleet(b *testing.B) (snapData, Counts) {
 	benchData.once.Do(func() {
 		start := time.Now()
-		g := newFleetGen()
-		n := benchRanks()
-		benchData.ranks = make([]rankData, n)
-		var wg sync.WaitGroup
-		for part := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := part; i < n; i += 2 {
-					benchData.ranks[i] = g.rank(i)
-				}
-			}()
-		}
-		wg.Wait()
-		benchData.res = countOf(benchData.ranks).Residencies
-		b.Logf("generated %d ranks, %d residencies in %v", n, benchData.res, time.Since(start).Round(time.Millisecond))
+		benchData.snap = newFleetGen().snapshot(benchRanks())
+		benchData.c = countOf(benchData.snap)
+		b.Logf("generated %+v in %v", benchData.c, time.Since(start).Round(time.Millisecond))
 	})
-	return benchData.ranks, benchData.res
+	return benchData.snap, benchData.c
 }
 
 type fleetGen struct {
@@ -102,58 +96,121 @@ func (g *fleetGen) prompt(c uint64, turn int, buf []uint64) []uint64 {
 	return buf
 }
 
-// rank builds rank i's forest: the union of its prompts, depth first.
-func (g *fleetGen) rank(i int) rankData {
+// fleetNode is a node of a rank's tree: its path key, parent (an index in
+// the rank's list, -1 for the root's children) and depth.
+type fleetNode struct {
+	key    uint64
+	parent int32
+	depth  uint32
+}
+
+// rank returns rank i's tree, the union of its prompts, depth first.
+func (g *fleetGen) rank(i int) []fleetNode {
 	r := rand.New(rand.NewPCG(uint64(i), 77))
 	zipf := rand.NewZipf(r, 1.1, 4, 200000-1)
-	salt := fmix64(uint64(i) + 0x1234)
 	type node struct {
-		bh, eh   uint64
+		key      uint64
+		depth    uint32
 		children []int32
 	}
-	nodes := []node{{}} // 0: the root
-	index := map[[2]uint64]int32{}
+	nodes := []node{{key: 0x6b76726f75746572}} // 0: the root
+	index := map[uint64]int32{}
 	var buf []uint64
-	for len(nodes)-1 < benchBlocksPerRank {
+	for len(nodes)-1 < benchBindingsPerRank {
 		buf = g.prompt(zipf.Uint64(), r.IntN(12), buf)
-		cur, path := int32(0), uint64(0)
-		for _, bh := range buf {
-			path = fmix64(path ^ bh*0x9e3779b97f4a7c15)
-			k := [2]uint64{uint64(cur), bh}
+		cur := int32(0)
+		for d, bh := range buf {
+			k := fmix64(nodes[cur].key ^ bh*0x9e3779b97f4a7c15) // radix's path key
 			next, ok := index[k]
 			if !ok {
-				if len(nodes)-1 == benchBlocksPerRank {
+				if len(nodes)-1 == benchBindingsPerRank {
 					break
 				}
 				next = int32(len(nodes))
-				nodes = append(nodes, node{bh: bh, eh: fmix64(path ^ salt)})
+				nodes = append(nodes, node{key: k, depth: uint32(d)})
 				nodes[cur].children = append(nodes[cur].children, next)
 				index[k] = next
 			}
 			cur = next
 		}
 	}
-	rd := rankData{
-		key:    kv.WorkerRank{ID: fmt.Sprintf("worker-%04d", i/4), DPRank: uint32(i % 4)},
-		stream: Stream{HasSeq: true, Seq: r.Uint64() >> 20, Epoch: "epoch-1"},
-		blocks: make([]Block, 0, benchBlocksPerRank),
-	}
+	out := make([]fleetNode, 0, benchBindingsPerRank)
 	var walk func(id, parent int32)
 	walk = func(id, parent int32) {
 		for _, c := range nodes[id].children {
-			b := Block{EngineHash: nodes[c].eh, BlockHash: nodes[c].bh, Parent: parent, Copies: OneCopy(kv.TierDevice)}
-			switch x := nodes[c].eh % 20; {
-			case x < 2:
-				b.Copies = OneCopy(kv.TierHost)
-			case x < 3:
-				b.Copies[kv.TierHost] = 1
-			}
-			rd.blocks = append(rd.blocks, b)
-			walk(c, int32(len(rd.blocks)-1))
+			out = append(out, fleetNode{key: nodes[c].key, parent: parent, depth: nodes[c].depth})
+			walk(c, int32(len(out)-1))
 		}
 	}
-	walk(0, NoParent)
-	return rd
+	walk(0, -1)
+	return out
+}
+
+// segmentStart reports whether the index starts a segment at depth d.
+func segmentStart(d, seg uint32) bool {
+	return d == 0 || (d%seg == 0 && bits.OnesCount32(d/seg) == 1)
+}
+
+// snapshot builds the records of n ranks: trees made two at a time, nodes
+// numbered in rank order.
+func (g *fleetGen) snapshot(n int) snapData {
+	s := snapData{g: benchGeometry, ranks: make([]rankData, n)}
+	refs := map[uint64]uint32{} // path key -> ref
+	var shards []uint32         // by ref
+	trees := make([][]fleetNode, 2)
+	for base := 0; base < n; base += len(trees) {
+		var wg sync.WaitGroup
+		for k := range trees {
+			if base+k < n {
+				wg.Add(1)
+				go func() { defer wg.Done(); trees[k] = g.rank(base + k) }()
+			}
+		}
+		wg.Wait()
+		for k, tree := range trees {
+			if base+k >= n {
+				break
+			}
+			i := base + k
+			r := rand.New(rand.NewPCG(uint64(i), 78))
+			rd := rankData{
+				key:      kv.WorkerRank{ID: fmt.Sprintf("worker-%04d", i/4), DPRank: uint32(i % 4)},
+				stream:   Stream{HasSeq: true, Seq: r.Uint64() >> 20, Epoch: "epoch-1"},
+				bindings: make([]bindRec, 0, len(tree)),
+			}
+			own := make([]uint32, len(tree)) // refs of the tree's nodes
+			for j, fn := range tree {
+				ref, ok := refs[fn.key]
+				if !ok {
+					ref = uint32(len(shards))
+					nd := nodeRec{ref: ref, parent: NoRef, key: fn.key, depth: fn.depth}
+					if segmentStart(fn.depth, benchGeometry.SegmentBlocks) {
+						nd.shard = uint32(fmix64(fn.key^0x2545f4914f6cdd1d) >> 58)
+					} else {
+						nd.parent = own[fn.parent]
+						nd.shard = shards[nd.parent]
+					}
+					refs[fn.key] = ref
+					shards = append(shards, nd.shard)
+					rd.nodes = append(rd.nodes, nd)
+				}
+				own[j] = ref
+			}
+			slices.Sort(own)
+			for _, ref := range own {
+				b := bindRec{eh: r.Uint64(), ref: ref, copies: OneCopy(kv.TierDevice)}
+				switch x := b.eh % 20; {
+				case x < 2:
+					b.copies = OneCopy(kv.TierHost)
+				case x < 3:
+					b.copies[kv.TierHost] = 1
+				}
+				rd.bindings = append(rd.bindings, b)
+			}
+			s.ranks[i] = rd
+		}
+	}
+	return s
 }
 
 // cpuTime is the process's CPU time: the machine is shared, so rates per
@@ -164,60 +221,73 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// writeBenchFile writes the fleet's snapshot to path and returns its size.
+func writeBenchFile(b *testing.B, s snapData, path string) int64 {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 256<<10)
+	w := NewWriter(bw, s.g)
+	if err := writeSnap(w, s.ranks); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := bw.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st.Size()
+}
+
 // BenchmarkSnapshotWrite writes the fleet's snapshot to a file.
 func BenchmarkSnapshotWrite(b *testing.B) {
-	ranks, res := benchFleet(b)
+	s, c := benchFleet(b)
 	path := filepath.Join(b.TempDir(), "bench.kvs")
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()
 	var size int64
-	var entries int
 	for range b.N {
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bw := bufio.NewWriterSize(f, 256<<10)
-		w := NewWriter(bw)
-		if err := writeRanks(ranks)(w); err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			b.Fatal(err)
-		}
-		entries = w.dict.entries()
-		if err := bw.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		st, _ := f.Stat()
-		size = st.Size()
-		f.Close()
+		size = writeBenchFile(b, s, path)
 	}
 	b.StopTimer()
 	cpu = cpuTime() - cpu
-	b.ReportMetric(float64(size)/float64(res), "bytes/residency")
-	b.ReportMetric(float64(res)*float64(b.N)/b.Elapsed().Seconds(), "residencies/s")
-	b.ReportMetric(float64(res)*float64(b.N)/cpu.Seconds(), "residencies/cpu-s")
+	res := float64(c.Bindings)
+	b.ReportMetric(float64(size)/res, "bytes/residency")
+	b.ReportMetric(res*float64(b.N)/b.Elapsed().Seconds(), "residencies/s")
+	b.ReportMetric(res*float64(b.N)/cpu.Seconds(), "residencies/cpu-s")
 	b.ReportMetric(float64(size)/1e6, "MB")
-	b.ReportMetric(float64(entries), "dict-entries")
+	b.ReportMetric(float64(c.Nodes)/res, "nodes/residency")
 }
 
+// sumVisitor keeps a sum of what it is given.
+type sumVisitor struct{ sum uint64 }
+
+func (v *sumVisitor) Geometry(Geometry) error               { return nil }
+func (v *sumVisitor) BeginRank(kv.WorkerRank, Stream) error { return nil }
+func (v *sumVisitor) Node(ref, parent, shard uint32, key uint64, depth uint32) error {
+	v.sum += key ^ uint64(parent) ^ uint64(shard) ^ uint64(depth)
+	return nil
+}
+func (v *sumVisitor) Binding(eh uint64, ref uint32, copies [kv.NumTiers]uint8) error {
+	v.sum += eh ^ uint64(ref) ^ uint64(copies[0])
+	return nil
+}
+func (v *sumVisitor) EndRank() error { return nil }
+
 // BenchmarkSnapshotLoad reads and verifies the fleet's snapshot from a file
-// (in the page cache), keeping nothing.
+// (in the page cache), keeping a sum.
 func BenchmarkSnapshotLoad(b *testing.B) {
-	ranks, res := benchFleet(b)
+	s, c := benchFleet(b)
 	path := filepath.Join(b.TempDir(), "bench.kvs")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	w := NewWriter(bw)
-	if err := writeRanks(ranks)(w); err != nil || w.Close() != nil || bw.Flush() != nil {
-		b.Fatal("write", err)
-	}
-	f.Close()
+	writeBenchFile(b, s, path)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()
@@ -226,26 +296,17 @@ func BenchmarkSnapshotLoad(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := NewReader(bufio.NewReaderSize(f, 256<<10))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var sum uint64
-		for r.NextRank() {
-			for r.NextBlock() {
-				bl := r.Block()
-				sum += bl.EngineHash ^ bl.BlockHash
-			}
-		}
-		if r.Err() != nil || r.Counts().Residencies != res {
-			b.Fatal(r.Err(), r.Counts())
+		got, err := ReadSnapshot(bufio.NewReaderSize(f, 256<<10), &sumVisitor{})
+		if err != nil || got != c {
+			b.Fatal(err, got)
 		}
 		f.Close()
 	}
 	b.StopTimer()
 	cpu = cpuTime() - cpu
-	b.ReportMetric(float64(res)*float64(b.N)/b.Elapsed().Seconds(), "residencies/s")
-	b.ReportMetric(float64(res)*float64(b.N)/cpu.Seconds(), "residencies/cpu-s")
+	res := float64(c.Bindings)
+	b.ReportMetric(res*float64(b.N)/b.Elapsed().Seconds(), "residencies/s")
+	b.ReportMetric(res*float64(b.N)/cpu.Seconds(), "residencies/cpu-s")
 }
 
 // BenchmarkRegistryPut1000 registers 1,000 workers one by one, each synced.
@@ -273,4 +334,14 @@ func BenchmarkRegistryPut1000(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/1000-puts")
+}
+
+// fmix64 is MurmurHash3's 64-bit finalizer.
+func fmix64(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
 }

@@ -21,18 +21,18 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	}
 	snap := map[string][]byte{}
 	for seed := range uint64(3) {
-		snap[fmt.Sprintf("valid-%d", seed)] = encode(t, genRanks(rand.New(rand.NewPCG(seed, 2)), 3, 30), 16)
+		snap[fmt.Sprintf("valid-%d", seed)] = encode(t, genSnap(rand.New(rand.NewPCG(seed, 2)), 3, 15, 30))
 	}
 	_, small := smallSnapshot(t)
 	snap["small"] = small
-	snap["empty"] = encode(t, nil, defaultMaxDict)
+	snap["empty"] = encode(t, snapData{})
 	snap["cut-frame"] = small[:frameEnds(small)[2]]
 	snap["cut-mid"] = small[:len(small)/2]
 	flipped := bytes.Clone(small)
 	flipped[len(flipped)/3] ^= 0x20
 	snap["flipped"] = flipped
 	future := bytes.Clone(small)
-	binary.LittleEndian.PutUint32(future[8:], 2)
+	binary.LittleEndian.PutUint32(future[8:], snapshotVersion+1)
 	binary.LittleEndian.PutUint32(future[12:], crc(future[:12]))
 	snap["future-version"] = future
 	writeCorpus(t, "FuzzSnapshotReader", snap)
@@ -43,6 +43,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			recs[name] = b[ends[1]+frameHeaderLen : ends[2]]
 		}
 	}
+	recs["hand"] = handRecords()
 	writeCorpus(t, "FuzzSnapshotRecords", recs)
 
 	reg := map[string][]byte{}

@@ -19,7 +19,9 @@
 //   - Dir.WriteFile (atomic.go): temp file, write, fsync, rename, fsync the directory.
 //   - Registry (registry*.go): an append-only checksummed journal of worker
 //     records, compacted on open.
-//   - Writer, Reader (snapshot_*.go): the streaming snapshot format.
+//   - Writer, ReadSnapshot and its Visitor (snapshot_*.go): the streaming
+//     snapshot format, the index as nodes (by path key, shared by ranks)
+//     and each rank's bindings of engine hashes to them.
 //   - Snapshots (snapshots.go): snapshot files, newest and previous, with fallback.
 //   - frame.go: the file header and checksummed frames both formats share.
 //

@@ -2,41 +2,52 @@ package state
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // FuzzSnapshotReader: any input either reads whole, and then writes back
-// to the same ranks, or fails as a bad file; it never panics. The seed
+// to the same records, or fails as a bad file; it never panics. The seed
 // corpus (testdata/fuzz/FuzzSnapshotReader) holds valid snapshots, cut and
 // flipped ones and a future version.
 func FuzzSnapshotReader(f *testing.F) {
 	for seed := range uint64(4) {
-		f.Add(encode(f, genRanks(rand.New(rand.NewPCG(seed, 1)), 3, 20), 8))
+		f.Add(encode(f, genSnap(rand.New(rand.NewPCG(seed, 1)), 3, 10, 20)))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ranks, c, err := decode(b)
-		if err != nil {
-			if !IsBadFile(err) {
-				t.Fatalf("not a bad-file error: %v", err)
-			}
-			return
-		}
-		if c != countOf(ranks) {
-			t.Fatalf("counts %+v, blocks read %+v", c, countOf(ranks))
-		}
-		// What was read is encodable and reads back the same.
-		again, _, err := decode(encode(t, ranks, defaultMaxDict))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := equalRanks(again, ranks); err != nil {
-			t.Fatal(err)
-		}
+		checkDecode(t, b)
 	})
+}
+
+// checkDecode reads b: it is whole, and then it writes back to the same
+// records, or fails as a bad file.
+func checkDecode(t *testing.T, b []byte) {
+	s, c, err := decode(b)
+	if err != nil {
+		if !IsBadFile(err) {
+			t.Fatalf("not a bad-file error: %v", err)
+		}
+		return
+	}
+	if c != countOf(s) {
+		t.Fatalf("counts %+v, records read %+v", c, countOf(s))
+	}
+	// What was read is encodable (the writer's checks) and reads back the same.
+	var buf bytes.Buffer
+	w := NewWriter(&buf, s.g)
+	if err := writeSnap(w, s.ranks); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := decode(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := equalSnap(again, s); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // FuzzRegistryReader: any journal applies up to its first bad record and
@@ -83,48 +94,24 @@ func FuzzRegistryReader(f *testing.F) {
 }
 
 // FuzzSnapshotRecords fuzzes the record decoder behind the checksums: the
-// input is the records of a data frame, framed with valid checksums (and
-// a trailer with the counts read), so mutations reach the decoder, not the
-// CRC check. Whatever decodes must write back and read the same.
+// input is the records of a data frame, framed with valid checksums and a
+// trailer with the counts read (recordsFile), so mutations reach the
+// decoder, not the CRC check. Whatever decodes must write back and read
+// the same.
 func FuzzSnapshotRecords(f *testing.F) {
 	for seed := range uint64(4) {
-		b := encode(f, genRanks(rand.New(rand.NewPCG(seed, 1)), 3, 20), 8)
+		b := encode(f, genSnap(rand.New(rand.NewPCG(seed, 1)), 3, 10, 20))
 		ends := frameEnds(b)
 		f.Add(b[ends[1]+frameHeaderLen : ends[2]])
 	}
+	f.Add(handRecords())
 	f.Fuzz(func(t *testing.T, records []byte) {
-		if len(records) == 0 || len(records) > maxFrame {
+		if len(records) > maxFrame {
 			return
 		}
-		file := appendFileHeader(nil, snapshotMagic, snapshotVersion)
-		file = appendFrame(file, frameHead, binary.AppendUvarint([]byte{byte(kv.NumTiers)}, 8))
-		file = appendFrame(file, frameData, records)
-		// A trailer with the counts the records hold, if they decode.
-		r, err := NewReader(bytes.NewReader(append(bytes.Clone(file), appendFrame(nil, frameTrailer, make([]byte, 7))...)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for r.NextRank() {
-		}
-		c := r.Counts()
-		p := binary.AppendUvarint(nil, c.Ranks)
-		p = binary.AppendUvarint(p, c.Blocks)
-		p = binary.AppendUvarint(p, c.Residencies)
-		p = binary.LittleEndian.AppendUint32(p, crc(file))
-		file = appendFrame(file, frameTrailer, p)
-		ranks, _, err := decode(file)
-		if err != nil {
-			if !IsBadFile(err) {
-				t.Fatalf("not a bad-file error: %v", err)
-			}
-			return
-		}
-		again, _, err := decode(encode(t, ranks, 8))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := equalRanks(again, ranks); err != nil {
-			t.Fatal(err)
-		}
+		checkDecode(t, recordsFile(fuzzGeometry, records))
 	})
 }
+
+// fuzzGeometry is the geometry of FuzzSnapshotRecords' files.
+var fuzzGeometry = Geometry{Shards: 8, SegmentBlocks: 64} // genSnap's shards are below 8

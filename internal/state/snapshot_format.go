@@ -4,16 +4,16 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
-// Snapshot file format, version 1.
+// Snapshot file format, version 2.
 //
-// A snapshot is the file header (magic "\x89KVRSNP\n", version 1; see
+// A snapshot is the file header (magic "\x89KVRSNP\n", version 2; see
 // frame.go) and then frames:
 //
-//	'H'  first and once: byte number of tiers (kv.NumTiers), uvarint the
-//	     dictionary's size limit (maxDict)
-//	'D'  data: records, each wholly inside one frame (the writer closes a
-//	     frame once it passes 64 KiB)
-//	'T'  last and once: uvarint ranks, uvarint blocks, uvarint residencies,
+//	'H'  first and once: byte number of tiers (kv.NumTiers), uvarint
+//	     Shards, uvarint SegmentBlocks (the index geometry, each < 2^32)
+//	'D'  data, never empty: records, each wholly inside one frame (the
+//	     writer closes a frame once it passes 64 KiB)
+//	'T'  last and once: uvarint ranks, uvarint nodes, uvarint bindings,
 //	     uint32 CRC32C of every byte of the file before this frame
 //
 // and nothing after the trailer. Every frame has its own CRC32C (checked
@@ -21,114 +21,93 @@ import (
 // whole file, so a cut at any point, a dropped or repeated frame and any
 // flipped byte are refused.
 //
-// Records (strings are a uvarint length and bytes):
+// Version 1 (each rank a forest of router block hashes) was never
+// released: no version 1 file exists, and a version 1 header is refused as
+// a version this build does not read (ErrCorrupt).
 //
-//	rank begin  0x01, string worker id, uvarint dp rank, byte flags (bit 0:
-//	            has seq), uvarint last applied seq (if has seq), string topic epoch
-//	block       a lead byte and fields, below
-//	rank end    0x03, uvarint blocks of the rank
+// Records. A rank is a rank begin, its node records, its binding records
+// and a rank end (its records may span frames); a rank key appears once.
+// Every record starts with a lead byte; m, a binding's high nibble, is its
+// copies code (below); every lead byte not listed is invalid:
 //
-// A rank is a rank begin, its blocks and a rank end; a rank key appears once.
-// A rank's blocks form a forest: each names as parent an earlier block of
-// the same rank, or none. Parent before child means a parent is a back-
-// reference, and in depth-first order it is the previous block (no bytes).
+//	lead  record                  then
+//	0x06  rank begin              string worker id, uvarint dp rank, byte
+//	                              flags (bit 0: has seq, others 0), uvarint
+//	                              last applied seq (if has seq), string epoch
+//	0x03  node, parent ref-1      key
+//	0x04  node, parent ref-2-d    uvarint d, key
+//	0x05  node, segment start     uvarint shard, uvarint depth, key
+//	0xm0  binding, ref prev+1     [copies], engine hash
+//	0xm1  binding, ref prev       [copies], engine hash
+//	0xm2  binding, ref prev+Δ     uvarint zigzag(Δ), [copies], engine hash
+//	0x07  rank end                uvarint nodes of the rank, uvarint
+//	                              bindings of the rank
 //
-// Block lead byte: bits 0-1 the parent, bits 2-3 the router block hash,
-// bits 4-7 the tiers. Then, in order: the parent's distance, the hash, the
-// explicit tiers, the engine hash.
+// A string is a uvarint length (at most 4096) and its bytes; a key or an
+// engine hash is 8 bytes little endian; zigzag(Δ) is 2Δ for Δ >= 0 and
+// -2Δ-1 for Δ < 0; a shard and a depth are < 2^32.
 //
-//	parent  0: the previous block. 1: none (a root). 2: a uvarint d follows,
-//	        and the parent is block i-2-d (block i being this one). 3: not a
-//	        block; 0x03 ends the rank, other values are invalid.
-//	hash    0: predicted (below). 1: a uvarint k follows, the hash is
-//	        dictionary entry n-k (n entries). 2: a literal, 8 bytes little
-//	        endian. 3: invalid.
-//	tiers   1-15: one copy on each tier whose bit is set (the common case:
-//	        one copy on one tier, no extra byte). 0: a tier mask byte
-//	        follows, then one count byte (1-255) per tier in the mask. Mask
-//	        0 is a placeholder: a path block the rank holds no copy of, kept
-//	        so its descendants' prefixes are whole (the index keeps a child
-//	        whose parent was removed); it has no engine hash (reads as 0).
-//	engine  8 bytes little endian: engine hashes are opaque.
+// Nodes. Refs number the nodes of the whole file 0, 1, 2, ... in the order
+// written: a node is written once, in the first rank that needs it, and
+// later ranks refer to it by ref. A node either has a parent, an earlier
+// node (in a chain the previous one: no byte), and then it is in its
+// parent's shard at its parent's depth + 1 (a node at depth 2^32-1 has no
+// child); or it starts a path segment (the index does not know such a
+// node's parent), and its shard (< Shards) and depth are written. The ref
+// ^0 is NoRef, never a node's.
 //
-// Router block hashes repeat across ranks (shared prompt prefixes), and a
-// child's hash is not derived from its parent, so they go through a
-// dictionary that writer and reader build alike: each literal becomes the
-// next entry (numbered from 1) while there are fewer than maxDict. A block's
-// context is its parent's entry (0 for a root; none if the parent's hash has
-// no entry), and each context predicts the entry of the last block seen
-// under it. So a block on a path another rank already wrote costs the lead
-// byte and its engine hash: 9 bytes. A hash never seen costs 8 bytes more, one
-// seen elsewhere a short back-reference.
+// Bindings. A binding holds one engine hash of the rank on node ref, a
+// node written before it (by this rank or an earlier one), with its copies
+// per tier. prev is the ref of the rank's previous binding, 0 before its
+// first; Δ = ref - prev is neither 0 nor 1 (those have their lead bytes). A
+// node can hold several engine hashes of one rank: the same ref again.
+// Copies: m 1-15 is one copy on each tier whose bit is set (tier t is bit
+// t; the common case); m 0 is followed by a tier mask byte (1-15) and one
+// count byte (1-63) per tier in the mask, lowest tier first, at least one
+// over 1. A binding holds at least one copy.
 //
-// Memory: the reader keeps 12 bytes per dictionary entry, the writer 12
-// and a hash table of 16-32 (see Writer.find), both 4 bytes per block of
-// the current rank and one frame. maxDict (default 1<<21) bounds the
-// dictionary, so 24 MB (reader) and 56 MB (writer) for any number of
-// residencies; past it, new hashes are literals. On the benchmark fleet
-// (bench_test.go, 1000 ranks x 16,384 blocks, over 4 M distinct hashes) the
-// limit costs 0.2 bytes per residency against 1<<22 and saves half the
-// memory, and 0.4 more at 1<<20.
+// Cost: a chain node is 9 bytes; a binding of the rank's next node with one
+// copy on one tier 9 bytes, 1-5 more for a ref elsewhere. Memory: reader
+// and writer keep 8 bytes per node (its shard and depth) and one frame.
 
 const (
 	snapshotMagic   = "\x89KVRSNP\n"
-	snapshotVersion = 1
+	snapshotVersion = 2
 
 	frameHead    = 'H'
 	frameData    = 'D'
 	frameTrailer = 'T'
 
-	recRankBegin = 0x01
-	recRankEnd   = 0x03
+	// Lead bytes; a binding's low nibble is its ref form, the high its copies.
+	recBindNext  = 0x00
+	recBindSame  = 0x01
+	recBindDelta = 0x02
+	recNodeChain = 0x03
+	recNodeBack  = 0x04
+	recNodeStart = 0x05
+	recRankBegin = 0x06
+	recRankEnd   = 0x07
 
-	parentPrev     = 0
-	parentRoot     = 1
-	parentExplicit = 2
-	parentControl  = 3
-
-	hashPredicted = 0 << 2
-	hashRef       = 1 << 2
-	hashLiteral   = 2 << 2
+	// maxCopies is the largest copy count of a tier a binding holds.
+	maxCopies = 63
 
 	// frameTarget: a writer closes a data frame once it passes this.
 	frameTarget = 64 << 10
-	// defaultMaxDict bounds the dictionary a writer builds; maxMaxDict is
-	// the largest a reader accepts.
-	defaultMaxDict = 1 << 21
-	maxMaxDict     = 1 << 24
-
-	// noEntry: a block whose hash has no dictionary entry.
-	noEntry = ^uint32(0)
 )
 
-// Version 1 stores tiers in a 4-bit mask: a change of kv.NumTiers needs a
+// Version 2 stores tiers in a 4-bit mask: a change of kv.NumTiers needs a
 // new format version (this fails to compile if it is not 4).
 const _ = uint8(4-kv.NumTiers) + uint8(kv.NumTiers-4)
 
-// NoParent is Block.Parent for a root block.
-const NoParent = -1
+// NoRef is a node's parent when the node starts a path segment.
+const NoRef = ^uint32(0)
 
-// Block is one stored block of a rank.
-type Block struct {
-	// EngineHash is opaque, meaningful on its worker only. A placeholder's
-	// is not stored and reads back as 0.
-	EngineHash uint64
-	BlockHash  uint64 // the router block hash
-	// Parent is the index (in the rank, from 0) of the parent block, an
-	// earlier block of the same rank, or NoParent.
-	Parent int32
-	// Copies per tier. All zero: a placeholder (see the format).
-	Copies [kv.NumTiers]uint8
-}
-
-// Placeholder reports whether the rank holds no copy of b.
-func (b *Block) Placeholder() bool { return b.Copies == [kv.NumTiers]uint8{} }
-
-// OneCopy returns the copies of a block held once on tier t.
-func OneCopy(t kv.Tier) [kv.NumTiers]uint8 {
-	var c [kv.NumTiers]uint8
-	c[t] = 1
-	return c
+// Geometry is the index's, written once in a snapshot: an import into an
+// index of another geometry is refused (by the importer; this package only
+// keeps and reports it).
+type Geometry struct {
+	Shards        uint32 // a node's shard is below it
+	SegmentBlocks uint32
 }
 
 // Stream is a rank's position in its engine's event stream.
@@ -140,45 +119,53 @@ type Stream struct {
 
 // Counts are a snapshot's totals.
 type Counts struct {
-	Ranks       uint64
-	Blocks      uint64 // placeholders included
-	Residencies uint64 // blocks with at least one copy
+	Ranks    uint64
+	Nodes    uint64
+	Bindings uint64 // residencies: an engine hash of a rank on a node
 }
 
-// dict is the router block hash dictionary (see the format). Entry e is
-// hashes[e]; next[c] is context c's predicted entry (0: none).
-type dict struct {
-	hashes []uint64
-	next   []uint32
-	max    int
+// OneCopy returns the copies of a binding held once on tier t.
+func OneCopy(t kv.Tier) [kv.NumTiers]uint8 {
+	var c [kv.NumTiers]uint8
+	c[t] = 1
+	return c
 }
 
-func newDict(max int) dict { return dict{hashes: []uint64{0}, next: []uint32{0}, max: max} }
+// Visitor receives a snapshot's records as ReadSnapshot decodes them:
+// Geometry first, then for each rank BeginRank, its Nodes, its Bindings
+// and EndRank. What it receives obeys the format (a node's parent is an
+// earlier ref or NoRef, shard and depth are given for every node, a
+// binding's ref was a node's, its copies are not all zero), but the file
+// is verified only at its end: build into something fresh and keep it
+// only if ReadSnapshot returns nil. An error from a method stops the read.
+type Visitor interface {
+	Geometry(g Geometry) error
+	BeginRank(key kv.WorkerRank, s Stream) error
+	Node(ref, parent, shard uint32, key uint64, depth uint32) error
+	Binding(engineHash uint64, ref uint32, copies [kv.NumTiers]uint8) error
+	EndRank() error
+}
 
-// entries is the number of entries.
-func (d *dict) entries() int { return len(d.hashes) - 1 }
+// nodeInfo is what writer and reader keep of a node, by ref, to derive a
+// child's shard and depth.
+type nodeInfo struct {
+	shard, depth uint32
+}
 
-// add enters h if there is room and returns its entry, or noEntry.
-func (d *dict) add(h uint64) uint32 {
-	if d.entries() >= d.max {
-		return noEntry
+// copiesCode returns a binding's copies code (the lead byte's high nibble:
+// a tier mask, or 0 for explicit counts) and its tier mask; mask 0 means
+// no copy, bad reports a count over maxCopies.
+func copiesCode(c [kv.NumTiers]uint8) (code, mask byte, bad bool) {
+	single := true
+	for t, n := range c {
+		if n > 0 {
+			mask |= 1 << t
+			single = single && n == 1
+			bad = bad || n > maxCopies
+		}
 	}
-	if len(d.hashes) == cap(d.hashes) { // double: append grows big slices by 1.25
-		n := min(2*cap(d.hashes), d.max+1)
-		d.hashes = append(make([]uint64, 0, n), d.hashes...)
-		d.next = append(make([]uint32, 0, n), d.next...)
+	if single {
+		code = mask
 	}
-	d.hashes = append(d.hashes, h)
-	d.next = append(d.next, 0)
-	return uint32(len(d.hashes) - 1)
-}
-
-// fmix64 is MurmurHash3's 64-bit finalizer.
-func fmix64(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
+	return code, mask, bad
 }

@@ -6,46 +6,49 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Writer streams a snapshot to an io.Writer (see the format in
-// snapshot_format.go): BeginRank, its blocks, EndRank, for each rank, then
-// Close. It buffers one frame (64 KiB) and the dictionary, never the file.
-// The first error sticks: every later call returns it. Not safe for
-// concurrent use.
+// snapshot_format.go): for each rank BeginRank, its new nodes (Node), its
+// bindings (Binding) and EndRank, then Close. It checks every record
+// against the format and buffers one frame (64 KiB) and 8 bytes per node,
+// never the file. The first error sticks: every later call returns it.
+// Not safe for concurrent use.
 type Writer struct {
 	w   io.Writer
+	g   Geometry
 	err error
 	buf []byte // the open frame; buf[:frameHeaderLen] is its header
 	sum uint32 // CRC32C of the bytes written
 
-	dict  dict
-	table []uint64 // entries by hash (see find)
+	nodes []nodeInfo // by ref
+	keys  map[kv.WorkerRank]struct{}
 
-	inRank  bool
-	key     kv.WorkerRank
-	entries []uint32 // the open rank's blocks' entries
-	keys    map[kv.WorkerRank]struct{}
-	counts  Counts
-	closed  bool
+	inRank       bool
+	key          kv.WorkerRank
+	rankNodes    uint64
+	rankBindings uint64
+	prev         uint32 // the rank's previous binding's ref
+
+	counts Counts
+	closed bool
 }
 
-// NewWriter starts a snapshot on w: it writes the header at once.
-func NewWriter(w io.Writer) *Writer { return newWriter(w, defaultMaxDict) }
-
-// newWriter is NewWriter with a dictionary limit (tests: a full dictionary).
-func newWriter(w io.Writer, maxDict int) *Writer {
+// NewWriter starts a snapshot of an index of geometry g on w: it writes
+// the header at once.
+func NewWriter(w io.Writer, g Geometry) *Writer {
 	sw := &Writer{
-		w:     w,
-		buf:   make([]byte, frameHeaderLen, frameTarget+4*maxField),
-		dict:  newDict(maxDict),
-		table: make([]uint64, 1<<12),
-		keys:  map[kv.WorkerRank]struct{}{},
+		w:    w,
+		g:    g,
+		buf:  make([]byte, frameHeaderLen, frameTarget+3*maxField),
+		keys: map[kv.WorkerRank]struct{}{},
 	}
 	head := appendFileHeader(nil, snapshotMagic, snapshotVersion)
-	p := binary.AppendUvarint([]byte{byte(kv.NumTiers)}, uint64(sw.dict.max))
+	p := binary.AppendUvarint([]byte{byte(kv.NumTiers)}, uint64(g.Shards))
+	p = binary.AppendUvarint(p, uint64(g.SegmentBlocks))
 	sw.write(appendFrame(head, frameHead, p))
 	return sw
 }
@@ -87,14 +90,15 @@ func (w *Writer) flush() {
 }
 
 // endRecord closes the frame if it passed frameTarget.
-func (w *Writer) endRecord() {
+func (w *Writer) endRecord() error {
 	if len(w.buf)-frameHeaderLen >= frameTarget {
 		w.flush()
 	}
+	return w.err
 }
 
-// BeginRank starts the blocks of rank key, whose stream position is s.
-// Each key appears once in a snapshot.
+// BeginRank starts rank key, whose stream position is s. Each key appears
+// once in a snapshot.
 func (w *Writer) BeginRank(key kv.WorkerRank, s Stream) error {
 	switch {
 	case w.err != nil:
@@ -118,94 +122,106 @@ func (w *Writer) BeginRank(key kv.WorkerRank, s Stream) error {
 		b = append(b, 0)
 	}
 	w.buf = appendString(b, s.Epoch)
-	w.inRank, w.key, w.entries = true, key, w.entries[:0]
+	w.inRank, w.key = true, key
+	w.rankNodes, w.rankBindings, w.prev = 0, 0, 0
 	w.counts.Ranks++
-	w.endRecord()
-	return w.err
+	return w.endRecord()
 }
 
-// Block adds the open rank's next block. Its Parent must be NoParent or
-// the index of an earlier block of the rank (the first block is 0). Write
-// a rank depth first: a parent that is the previous block costs no byte.
-func (w *Writer) Block(b Block) error {
+// Node writes the open rank's next new node, before the rank's bindings.
+// ref must be the number of nodes written before (refs count from 0
+// across the file). parent is an earlier ref, and then shard and depth
+// must be the parent's shard and its depth + 1 (they are not written), or
+// NoRef for a node that starts a path segment (shard < Geometry.Shards).
+// Write a chain in order: a parent that is the previous ref costs no byte.
+func (w *Writer) Node(ref, parent, shard uint32, key uint64, depth uint32) error {
+	if w.err != nil {
+		return w.err
+	}
+	switch n := uint64(len(w.nodes)); {
+	case !w.inRank:
+		return w.fail(fmt.Errorf("node %d outside a rank", ref))
+	case w.rankBindings > 0:
+		return w.fail(fmt.Errorf("rank %s: node %d after the rank's bindings", w.key, ref))
+	case uint64(ref) != n || ref == NoRef:
+		return w.fail(fmt.Errorf("rank %s: node %d, want ref %d", w.key, ref, n))
+	}
+	b := w.buf
+	switch {
+	case parent == NoRef:
+		if shard >= w.g.Shards {
+			return w.fail(fmt.Errorf("rank %s node %d: shard %d of %d", w.key, ref, shard, w.g.Shards))
+		}
+		b = binary.AppendUvarint(append(b, recNodeStart), uint64(shard))
+		b = binary.AppendUvarint(b, uint64(depth))
+	case parent >= ref:
+		return w.fail(fmt.Errorf("rank %s node %d: parent %d is not an earlier node", w.key, ref, parent))
+	default:
+		p := w.nodes[parent]
+		if shard != p.shard || p.depth == math.MaxUint32 || depth != p.depth+1 {
+			return w.fail(fmt.Errorf("rank %s node %d: shard %d depth %d under node %d of shard %d depth %d", w.key, ref, shard, depth, parent, p.shard, p.depth))
+		}
+		if parent == ref-1 {
+			b = append(b, recNodeChain)
+		} else {
+			b = binary.AppendUvarint(append(b, recNodeBack), uint64(ref-2-parent))
+		}
+	}
+	w.buf = binary.LittleEndian.AppendUint64(b, key)
+	w.nodes = appendNode(w.nodes, nodeInfo{shard: shard, depth: depth})
+	w.rankNodes++
+	w.counts.Nodes++
+	return w.endRecord()
+}
+
+// appendNode appends like append, doubling: append grows big slices by 1.25.
+func appendNode(s []nodeInfo, n nodeInfo) []nodeInfo {
+	if len(s) == cap(s) {
+		s = append(make([]nodeInfo, 0, max(1024, 2*cap(s))), s...)
+	}
+	return append(s, n)
+}
+
+// Binding writes a binding of the open rank: engineHash on node ref (a
+// node written before), with copies per tier (1 to 63 each, not all 0).
+// Write a rank's bindings in ascending ref order where it can: a ref one
+// past the previous binding's, or the same, costs no byte.
+func (w *Writer) Binding(engineHash uint64, ref uint32, copies [kv.NumTiers]uint8) error {
 	if w.err != nil {
 		return w.err
 	}
 	if !w.inRank {
-		return w.fail(errors.New("block outside a rank"))
+		return w.fail(fmt.Errorf("binding of node %d outside a rank", ref))
 	}
-	i := len(w.entries)
-	lead := byte(parentRoot)
-	ctx := uint32(0)
-	if b.Parent != NoParent {
-		if b.Parent < 0 || int(b.Parent) >= i {
-			return w.fail(fmt.Errorf("rank %s block %d: parent %d is not an earlier block", w.key, i, b.Parent))
-		}
-		lead = parentExplicit
-		if int(b.Parent) == i-1 {
-			lead = parentPrev
-		}
-		ctx = w.entries[b.Parent]
+	if uint64(ref) >= uint64(len(w.nodes)) {
+		return w.fail(fmt.Errorf("rank %s: binding of node %d, %d nodes written", w.key, ref, len(w.nodes)))
 	}
-	// The hash: predicted, a dictionary reference, or a literal.
-	entry := noEntry
-	var ref uint32
-	if ctx != noEntry {
-		if p := w.dict.next[ctx]; p != 0 && w.dict.hashes[p] == b.BlockHash {
-			entry = p
-		}
+	code, mask, bad := copiesCode(copies)
+	if mask == 0 || bad {
+		return w.fail(fmt.Errorf("rank %s: binding of node %d with copies %v (1 to %d, not all 0)", w.key, ref, copies, maxCopies))
 	}
-	if entry == noEntry {
-		if e := w.find(b.BlockHash); e != 0 {
-			lead |= hashRef
-			entry, ref = e, uint32(w.dict.entries())-e
-		} else {
-			lead |= hashLiteral
-			entry = w.enter(b.BlockHash)
-		}
+	b := w.buf
+	switch d := int64(ref) - int64(w.prev); d {
+	case 1:
+		b = append(b, code<<4|recBindNext)
+	case 0:
+		b = append(b, code<<4|recBindSame)
+	default:
+		b = binary.AppendUvarint(append(b, code<<4|recBindDelta), uint64(d<<1^d>>63))
 	}
-	if ctx != noEntry && entry != noEntry {
-		w.dict.next[ctx] = entry
-	}
-	// The tiers: one copy on each tier of a mask fits in the lead byte.
-	var mask byte
-	single := true
-	for t, c := range b.Copies {
-		if c > 0 {
-			mask |= 1 << t
-			single = single && c == 1
-		}
-	}
-	if mask != 0 && single {
-		lead |= mask << 4
-	}
-	buf := append(w.buf, lead)
-	if lead&3 == parentExplicit {
-		buf = binary.AppendUvarint(buf, uint64(i-2-int(b.Parent)))
-	}
-	switch lead & 0xc {
-	case hashRef:
-		buf = binary.AppendUvarint(buf, uint64(ref))
-	case hashLiteral:
-		buf = binary.LittleEndian.AppendUint64(buf, b.BlockHash)
-	}
-	if lead>>4 == 0 {
-		buf = append(buf, mask)
-		for _, c := range b.Copies {
+	if code == 0 {
+		b = append(b, mask)
+		for _, c := range copies {
 			if c > 0 {
-				buf = append(buf, c)
+				b = append(b, c)
 			}
 		}
 	}
-	if mask != 0 {
-		buf = binary.LittleEndian.AppendUint64(buf, b.EngineHash)
-		w.counts.Residencies++
-	}
-	w.buf = buf
-	w.entries = append(w.entries, entry)
-	w.counts.Blocks++
-	w.endRecord()
-	return w.err
+	w.buf = binary.LittleEndian.AppendUint64(b, engineHash)
+	w.prev = ref
+	w.rankBindings++
+	w.counts.Bindings++
+	return w.endRecord()
 }
 
 // EndRank ends the open rank.
@@ -216,10 +232,10 @@ func (w *Writer) EndRank() error {
 	if !w.inRank {
 		return w.fail(errors.New("end rank: no rank open"))
 	}
-	w.buf = binary.AppendUvarint(append(w.buf, recRankEnd), uint64(len(w.entries)))
+	b := binary.AppendUvarint(append(w.buf, recRankEnd), w.rankNodes)
+	w.buf = binary.AppendUvarint(b, w.rankBindings)
 	w.inRank = false
-	w.endRecord()
-	return w.err
+	return w.endRecord()
 }
 
 // Close writes the last data frame and the trailer. It does not close the
@@ -236,58 +252,10 @@ func (w *Writer) Close() error {
 	}
 	w.flush()
 	p := binary.AppendUvarint(nil, w.counts.Ranks)
-	p = binary.AppendUvarint(p, w.counts.Blocks)
-	p = binary.AppendUvarint(p, w.counts.Residencies)
+	p = binary.AppendUvarint(p, w.counts.Nodes)
+	p = binary.AppendUvarint(p, w.counts.Bindings)
 	p = binary.LittleEndian.AppendUint32(p, w.sum)
 	w.write(appendFrame(nil, frameTrailer, p))
 	w.closed = true
 	return w.err
-}
-
-// The writer finds a hash's entry in an open-addressing table of slots,
-// each an entry number (low 32 bits, 0: empty) and the top 32 bits of the
-// hash's mix (a fingerprint): a lookup of a hash not entered, the common
-// miss, touches one slot and not the dictionary.
-
-// find returns h's entry, or 0.
-func (w *Writer) find(h uint64) uint32 {
-	m := fmix64(h)
-	mask := uint64(len(w.table) - 1)
-	for i := m & mask; ; i = (i + 1) & mask {
-		s := w.table[i]
-		if s == 0 {
-			return 0
-		}
-		if s>>32 == m>>32 && w.dict.hashes[uint32(s)] == h {
-			return uint32(s)
-		}
-	}
-}
-
-// enter adds h (not in the dictionary) if there is room.
-func (w *Writer) enter(h uint64) uint32 {
-	e := w.dict.add(h)
-	if e == noEntry {
-		return e
-	}
-	if 2*w.dict.entries() > len(w.table) {
-		w.table = make([]uint64, 2*len(w.table))
-		for e := 1; e < len(w.dict.hashes); e++ {
-			w.insert(uint32(e))
-		}
-	} else {
-		w.insert(e)
-	}
-	return e
-}
-
-func (w *Writer) insert(e uint32) {
-	m := fmix64(w.dict.hashes[e])
-	mask := uint64(len(w.table) - 1)
-	for i := m & mask; ; i = (i + 1) & mask {
-		if w.table[i] == 0 {
-			w.table[i] = m>>32<<32 | uint64(e)
-			return
-		}
-	}
 }

@@ -123,12 +123,13 @@ func (s *Snapshots) List() ([]SnapshotInfo, error) {
 	return files, err
 }
 
-// Write writes a new snapshot atomically (see Dir.WriteFile): fill writes
-// the ranks with w; Write closes it. On error (fill's, the disk's) no file
-// changed: the previous snapshots are intact. After the new snapshot is in
-// place, all but the newest Keep are removed; if that fails the error says
-// so and the returned info (Path set) is the snapshot written.
-func (s *Snapshots) Write(fill func(w *Writer) error) (SnapshotInfo, error) {
+// Write writes a new snapshot of an index of geometry g atomically (see
+// Dir.WriteFile): fill writes the ranks with w; Write closes it. On error
+// (fill's, the disk's) no file changed: the previous snapshots are intact.
+// After the new snapshot is in place, all but the newest Keep are removed;
+// if that fails the error says so and the returned info (Path set) is the
+// snapshot written.
+func (s *Snapshots) Write(g Geometry, fill func(w *Writer) error) (SnapshotInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, top, err := s.scan()
@@ -139,7 +140,7 @@ func (s *Snapshots) Write(fill func(w *Writer) error) (SnapshotInfo, error) {
 	name := SnapshotName(info.Seq)
 	err = s.dir.WriteFile(name, func(w io.Writer) error {
 		cw := &countingWriter{w: w}
-		sw := NewWriter(cw)
+		sw := NewWriter(cw, g)
 		if err := fill(sw); err != nil {
 			return err
 		}
@@ -180,22 +181,24 @@ type Loaded struct {
 }
 
 // Latest loads the newest valid snapshot: for each snapshot, newest first,
-// it calls load with a Reader on it. load should read the ranks into a
-// fresh index and return r.Err() (if load stops early, Latest reads on to
-// the end to verify the file). A snapshot the Reader finds bad (corrupt,
-// truncated, future version) or cannot read (an I/O error) is refused: a
-// bad one is moved aside; Latest tries the one before. When load returns
-// an error of its own (the Reader's Err is nil), Latest stops and returns
+// it calls start for a fresh Visitor (an importer building a new index)
+// and reads the file into it with ReadSnapshot. A snapshot found bad
+// (corrupt, truncated, future version; a visitor error wrapping
+// ErrCorrupt counts as the file's) or that cannot be read (an I/O error)
+// is refused: a bad one is moved aside; Latest tries the one before, with
+// a new visitor. When the visitor returns an error of its own, Latest
+// stops and returns it (the file stays). So when Latest returns a
+// Snapshot (Path set) and no error, the last visitor start returned holds
 // it. With no valid snapshot, Latest returns a zero Snapshot and no error.
-func (s *Snapshots) Latest(load func(r *Reader) error) (Loaded, error) {
+func (s *Snapshots) Latest(start func() Visitor) (Loaded, error) {
 	var res Loaded
 	files, _, err := s.scan()
 	if err != nil {
 		return res, fmt.Errorf("load snapshot: %w", err)
 	}
 	for _, info := range files {
-		counts, lerr, rerr := s.loadFile(info.Path, load)
-		if rerr == nil && lerr != nil {
+		counts, lerr, rerr := s.loadFile(info.Path, start)
+		if lerr != nil {
 			return res, fmt.Errorf("load snapshot %s: %w", info.Path, lerr)
 		}
 		if rerr != nil {
@@ -217,25 +220,20 @@ func (s *Snapshots) Latest(load func(r *Reader) error) (Loaded, error) {
 	return res, nil
 }
 
-// loadFile runs load on the snapshot at path; rerr is the file's problem,
-// lerr load's own.
-func (s *Snapshots) loadFile(path string, load func(r *Reader) error) (c Counts, lerr, rerr error) {
+// loadFile reads the snapshot at path into a visitor from start; rerr is
+// the file's problem, lerr the visitor's own.
+func (s *Snapshots) loadFile(path string, start func() Visitor) (c Counts, lerr, rerr error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return c, nil, err
 	}
 	defer f.Close()
-	r, err := NewReader(bufio.NewReaderSize(f, 256<<10))
-	if err != nil {
-		return c, nil, err
+	c, err = ReadSnapshot(bufio.NewReaderSize(f, 256<<10), start())
+	var ve *visitorError
+	if errors.As(err, &ve) && !IsBadFile(err) {
+		return c, err, nil
 	}
-	lerr = load(r)
-	for r.NextRank() { // verify what load left unread
-	}
-	if r.Err() != nil {
-		return c, nil, r.Err()
-	}
-	return r.Counts(), lerr, nil
+	return c, nil, err
 }
 
 type countingWriter struct {

@@ -11,39 +11,24 @@ import (
 	"testing"
 )
 
-// writeRanks is a Snapshots.Write fill of ranks.
-func writeRanks(ranks []rankData) func(w *Writer) error {
-	return func(w *Writer) error {
-		for _, rd := range ranks {
-			w.BeginRank(rd.key, rd.stream)
-			for _, b := range rd.blocks {
-				w.Block(b)
-			}
-			if err := w.EndRank(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+// writeRanks is a Snapshots.Write fill of s's ranks.
+func writeRanks(s snapData) func(w *Writer) error {
+	return func(w *Writer) error { return writeSnap(w, s.ranks) }
 }
 
-// loadRanks is a Snapshots.Latest load into *out, set only when whole.
-func loadRanks(out *[]rankData) func(r *Reader) error {
-	return func(r *Reader) error {
-		var got []rankData
-		for r.NextRank() {
-			key, s := r.Rank()
-			rd := rankData{key: key, stream: s}
-			for r.NextBlock() {
-				rd.blocks = append(rd.blocks, r.Block())
-			}
-			got = append(got, rd)
-		}
-		if r.Err() == nil {
-			*out = got
-		}
-		return r.Err()
+// write writes s as a snapshot in snaps.
+func write(snaps *Snapshots, s snapData) (SnapshotInfo, error) {
+	return snaps.Write(s.g, writeRanks(s))
+}
+
+// latest loads the latest snapshot of snaps and returns what was loaded.
+func latest(snaps *Snapshots) (snapData, Loaded, error) {
+	var c *collector
+	l, err := snaps.Latest(func() Visitor { c = new(collector); return c })
+	if err != nil || l.Snapshot.Path == "" {
+		return snapData{}, l, err
 	}
+	return c.s, l, err
 }
 
 func names(t *testing.T, path string) []string {
@@ -65,14 +50,14 @@ func names(t *testing.T, path string) []string {
 func TestSnapshotsLatest(t *testing.T) {
 	path := t.TempDir()
 	s := NewSnapshots(SnapshotsConfig{Dir: openDir(t, path)})
-	if l, err := s.Latest(loadRanks(new([]rankData))); err != nil || l.Snapshot.Path != "" || l.Refused != nil {
+	if _, l, err := latest(s); err != nil || l.Snapshot.Path != "" || l.Refused != nil {
 		t.Fatalf("empty dir: %+v %v", l, err)
 	}
 	r := rand.New(rand.NewPCG(1, 1))
-	var gens [][]rankData
+	var gens []snapData
 	for i := range 4 {
-		gens = append(gens, genRanks(r, 5, 300))
-		info, err := s.Write(writeRanks(gens[i]))
+		gens = append(gens, genSnap(r, 5, 300, 400))
+		info, err := write(s, gens[i])
 		if err != nil || info.Seq != uint64(i+1) || info.Counts != countOf(gens[i]) || info.Size == 0 {
 			t.Fatalf("write %d: %+v %v", i, info, err)
 		}
@@ -80,9 +65,8 @@ func TestSnapshotsLatest(t *testing.T) {
 	if got := names(t, path); !slices.Equal(got, []string{"LOCK", SnapshotName(3), SnapshotName(4)}) {
 		t.Fatalf("files %v", got)
 	}
-	var got []rankData
-	l, err := s.Latest(loadRanks(&got))
-	if err != nil || l.Snapshot.Seq != 4 || len(l.Refused) != 0 || equalRanks(got, gens[3]) != nil {
+	got, l, err := latest(s)
+	if err != nil || l.Snapshot.Seq != 4 || len(l.Refused) != 0 || equalSnap(got, gens[3]) != nil || l.Snapshot.Counts != countOf(gens[3]) {
 		t.Fatalf("latest: %+v %v", l, err)
 	}
 
@@ -91,9 +75,8 @@ func TestSnapshotsLatest(t *testing.T) {
 	b := mustRead(t, newest)
 	b[len(b)/2] ^= 0x40
 	os.WriteFile(newest, b, 0o644)
-	got = nil
-	l, err = s.Latest(loadRanks(&got))
-	if err != nil || l.Snapshot.Seq != 3 || equalRanks(got, gens[2]) != nil {
+	got, l, err = latest(s)
+	if err != nil || l.Snapshot.Seq != 3 || equalSnap(got, gens[2]) != nil {
 		t.Fatalf("fallback: %+v %v", l, err)
 	}
 	if len(l.Refused) != 1 || !strings.Contains(l.Refused[0].Error(), newest) || !errors.Is(l.Refused[0].Err, ErrCorrupt) {
@@ -104,7 +87,7 @@ func TestSnapshotsLatest(t *testing.T) {
 		t.Fatal("refused file not kept as it was")
 	}
 	// The next snapshot does not reuse the refused one's number.
-	info, err := s.Write(writeRanks(gens[0]))
+	info, err := write(s, gens[0])
 	if err != nil || info.Seq != 5 {
 		t.Fatalf("write after refusal: %+v %v", info, err)
 	}
@@ -116,7 +99,7 @@ func TestSnapshotsLatest(t *testing.T) {
 	b[8] = 7
 	copy(b[12:16], le32(crc(b[:12])))
 	os.WriteFile(prev, b, 0o644)
-	l, err = s.Latest(loadRanks(new([]rankData)))
+	_, l, err = latest(s)
 	if err != nil || l.Snapshot.Path != "" || len(l.Refused) != 2 ||
 		!errors.Is(l.Refused[0].Err, ErrTruncated) || !errors.Is(l.Refused[1].Err, ErrFutureVersion) {
 		t.Fatalf("both bad: %+v %v", l, err)
@@ -128,22 +111,39 @@ func TestSnapshotsLatest(t *testing.T) {
 
 func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
 
-// TestSnapshotsLoadError: load's own error stops Latest and leaves the file.
+// TestSnapshotsLoadError: the visitor's own error stops Latest and leaves
+// the file; a visitor error wrapping ErrCorrupt refuses the file like any
+// bad one, and Latest goes on to the previous with a new visitor.
 func TestSnapshotsLoadError(t *testing.T) {
 	path := t.TempDir()
 	s := NewSnapshots(SnapshotsConfig{Dir: openDir(t, path)})
-	if _, err := s.Write(writeRanks(genRanks(rand.New(rand.NewPCG(1, 1)), 3, 10))); err != nil {
-		t.Fatal(err)
+	gens := []snapData{genSnap(rand.New(rand.NewPCG(1, 1)), 3, 10, 10), genSnap(rand.New(rand.NewPCG(2, 1)), 3, 10, 10)}
+	for _, g := range gens {
+		if _, err := write(s, g); err != nil {
+			t.Fatal(err)
+		}
 	}
 	boom := errors.New("index full")
-	_, err := s.Latest(func(*Reader) error { return boom })
-	if !errors.Is(err, boom) || len(names(t, path)) != 2 {
+	_, err := s.Latest(func() Visitor { return &failVisitor{n: 3, err: boom} })
+	if !errors.Is(err, boom) || IsBadFile(err) || len(names(t, path)) != 3 {
 		t.Fatalf("%v, files %v", err, names(t, path))
 	}
-	// A load that reads nothing still gets the file verified.
-	l, err := s.Latest(func(*Reader) error { return nil })
-	if err != nil || l.Snapshot.Counts.Ranks != 3 {
+	// The newest refused by its visitor (a geometry it cannot take, say).
+	var visitors []*collector
+	l, err := s.Latest(func() Visitor {
+		c := new(collector)
+		visitors = append(visitors, c)
+		if len(visitors) == 1 {
+			return &failVisitor{n: 1, err: formatErr(ErrCorrupt, 0, "not this geometry")}
+		}
+		return c
+	})
+	if err != nil || l.Snapshot.Seq != 1 || len(l.Refused) != 1 || !errors.Is(l.Refused[0].Err, ErrCorrupt) ||
+		len(visitors) != 2 || equalSnap(visitors[1].s, gens[0]) != nil {
 		t.Fatalf("%+v %v", l, err)
+	}
+	if l.Refused[0].MovedTo == "" {
+		t.Fatalf("refused file not moved aside: %+v", l.Refused[0])
 	}
 }
 
@@ -160,13 +160,13 @@ func TestSnapshotsFullDisk(t *testing.T) {
 	reg, _ := openRegistry(t, d)
 	reg.Put(testWorker(1))
 	s := NewSnapshots(SnapshotsConfig{Dir: d})
-	ranks := genRanks(rand.New(rand.NewPCG(2, 2)), 8, 2000)
-	if _, err := s.Write(writeRanks(ranks)); err != nil {
+	snap := genSnap(rand.New(rand.NewPCG(2, 2)), 8, 2000, 2000)
+	if _, err := write(s, snap); err != nil {
 		t.Fatal(err)
 	}
 	before := names(t, path)
 	full.Full.Store(true)
-	_, err = s.Write(writeRanks(genRanks(rand.New(rand.NewPCG(3, 3)), 8, 2000)))
+	_, err = write(s, genSnap(rand.New(rand.NewPCG(3, 3)), 8, 2000, 2000))
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), SnapshotName(2)) {
 		t.Fatalf("write on a full disk: %v", err)
 	}
@@ -177,8 +177,7 @@ func TestSnapshotsFullDisk(t *testing.T) {
 	if got := names(t, path); !slices.Equal(got, before) {
 		t.Fatalf("files %v, were %v", got, before)
 	}
-	var got []rankData
-	if l, err := s.Latest(loadRanks(&got)); err != nil || l.Snapshot.Seq != 1 || equalRanks(got, ranks) != nil {
+	if got, l, err := latest(s); err != nil || l.Snapshot.Seq != 1 || equalSnap(got, snap) != nil {
 		t.Fatalf("after the failed write: %+v %v", l, err)
 	}
 	reg.Close()
