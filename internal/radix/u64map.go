@@ -183,6 +183,13 @@ func (m *u64map) del(k uint64) {
 	}
 }
 
+// reserve grows the table, once, to take n more keys without growing.
+func (m *u64map) reserve(n int) {
+	if need := m.n + n; need*10 > len(m.slots)*7 {
+		m.resize(max(minMapSize, (need*10/7+4)&^3))
+	}
+}
+
 func (m *u64map) resize(size int) {
 	old := m.slots
 	m.slots = make([]u64slot, size)
