@@ -135,7 +135,7 @@ func genSnap(r *rand.Rand, n, maxNodes, maxBindings int) snapData {
 	for i := range n {
 		rd := rankData{key: kv.WorkerRank{ID: fmt.Sprintf("w%d", r.IntN(3)), DPRank: uint32(i + 1000*r.IntN(100))}}
 		if r.IntN(4) > 0 {
-			rd.stream = Stream{HasSeq: true, Seq: r.Uint64() >> r.IntN(64), Epoch: fmt.Sprintf("epoch-%d", r.IntN(3))}
+			rd.stream = Stream{HasSeq: true, Seq: r.Uint64() >> r.IntN(64), Sum: r.Uint64(), Epoch: fmt.Sprintf("epoch-%d", r.IntN(3))}
 		}
 		for range r.IntN(maxNodes + 1) {
 			ref := uint32(len(all))

@@ -33,7 +33,8 @@ import (
 //	lead  record                  then
 //	0x06  rank begin              string worker id, uvarint dp rank, byte
 //	                              flags (bit 0: has seq, others 0), uvarint
-//	                              last applied seq (if has seq), string epoch
+//	                              last applied seq and 8 bytes digest of its
+//	                              payload (if has seq), string epoch
 //	0x03  node, parent ref-1      key
 //	0x04  node, parent ref-2-d    uvarint d, key
 //	0x05  node, segment start     uvarint shard, uvarint depth, key
@@ -114,6 +115,7 @@ type Geometry struct {
 type Stream struct {
 	HasSeq bool   // whether Seq is set (no event applied yet: false)
 	Seq    uint64 // the last applied event's seq
+	Sum    uint64 // the digest (XXH64) of the batch at Seq: tells incarnations apart
 	Epoch  string // what identifies the engine's stream (the topic epoch)
 }
 

@@ -303,6 +303,7 @@ func (r *snapReader) beginRank(p []byte, pos int, base int64) (int, error) {
 	case 0:
 	case 1:
 		s.HasSeq, s.Seq = true, d.uvarint()
+		s.Sum = d.uint64()
 	default:
 		d.fail("stream flags %#02x", flags)
 	}

@@ -118,6 +118,7 @@ func (w *Writer) BeginRank(key kv.WorkerRank, s Stream) error {
 	b = binary.AppendUvarint(b, uint64(key.DPRank))
 	if s.HasSeq {
 		b = binary.AppendUvarint(append(b, 1), s.Seq)
+		b = binary.LittleEndian.AppendUint64(b, s.Sum)
 	} else {
 		b = append(b, 0)
 	}

@@ -115,6 +115,18 @@ func (d *decoder) uint32() uint32 {
 	return uint32(v)
 }
 
+func (d *decoder) uint64() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.p)-d.pos < 8 {
+		d.fail("record cut short")
+		return 0
+	}
+	d.pos += 8
+	return binary.LittleEndian.Uint64(d.p[d.pos-8:])
+}
+
 func (d *decoder) byte() byte {
 	if d.err != nil {
 		return 0
