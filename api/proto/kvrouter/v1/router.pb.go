@@ -1106,8 +1106,17 @@ type WorkerStatus struct {
 	EngineRestarts uint64                 `protobuf:"varint,10,opt,name=engine_restarts,json=engineRestarts,proto3" json:"engine_restarts,omitempty"`
 	Reconnects     uint64                 `protobuf:"varint,11,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
 	DecodeErrors   uint64                 `protobuf:"varint,12,opt,name=decode_errors,json=decodeErrors,proto3" json:"decode_errors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// restore is how the rank came back after the router restarted from a snapshot:
+	// "restored" (the engine replayed everything since the snapshot: nothing lost),
+	// "rebuilt" (the engine's replay buffer no longer reached the snapshot: cleared and
+	// rebuilt from what the engine still has), "reset" (the engine restarted meanwhile),
+	// "kept" (no replay socket; the first live batch followed the snapshot), "cleared"
+	// (no replay socket and it did not), or empty (not restored, or not decided yet).
+	Restore string `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
+	// source is where the registration came from: "config" (the YAML file) or "api".
+	Source        string `protobuf:"bytes,14,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
@@ -1224,6 +1233,20 @@ func (x *WorkerStatus) GetDecodeErrors() uint64 {
 	return 0
 }
 
+func (x *WorkerStatus) GetRestore() string {
+	if x != nil {
+		return x.Restore
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 var File_kvrouter_v1_router_proto protoreflect.FileDescriptor
 
 const file_kvrouter_v1_router_proto_rawDesc = "" +
@@ -1308,7 +1331,7 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"J\n" +
 	"\x13ListWorkersResponse\x123\n" +
-	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\"\x9e\x03\n" +
+	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\"\xd0\x03\n" +
 	"\fWorkerStatus\x12+\n" +
 	"\x06worker\x18\x01 \x01(\v2\x13.kvrouter.v1.WorkerR\x06worker\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x1c\n" +
@@ -1324,7 +1347,9 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"reconnects\x18\v \x01(\x04R\n" +
 	"reconnects\x12#\n" +
-	"\rdecode_errors\x18\f \x01(\x04R\fdecodeErrors2\x81\x02\n" +
+	"\rdecode_errors\x18\f \x01(\x04R\fdecodeErrors\x12\x18\n" +
+	"\arestore\x18\r \x01(\tR\arestore\x12\x16\n" +
+	"\x06source\x18\x0e \x01(\tR\x06source2\x81\x02\n" +
 	"\x06Router\x12>\n" +
 	"\x05Score\x12\x19.kvrouter.v1.ScoreRequest\x1a\x1a.kvrouter.v1.ScoreResponse\x12>\n" +
 	"\x05Route\x12\x19.kvrouter.v1.RouteRequest\x1a\x1a.kvrouter.v1.RouteResponse\x12<\n" +
