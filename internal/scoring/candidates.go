@@ -98,8 +98,9 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 			}
 		}
 	}
+	s.chain = s.chain[:0] // (the pooled scratch holds the last prompt's)
 	if len(s.hashes) > 0 {
-		s.chain = radix.PrefixKeys(s.hashes, s.chain[:0])
+		s.chain = radix.PrefixKeys(s.hashes, s.chain)
 		r.overlay.extend(s.chain, ranks, s.radixM, s.depth, r.cfg.now(), r.cfg.DisablePrediction)
 	}
 	return ranks, nil

@@ -71,3 +71,30 @@ func TestPredictionMaxBlocks(t *testing.T) {
 		t.Fatalf("score after route = %+v; want 8 matched, 5 predicted (cap 5 past the 3 held)", s)
 	}
 }
+
+// TestShortPromptPredictsNothing: a prompt shorter than one block has no
+// blocks to predict. The scratch a Route takes from the pool still holds the
+// previous prompt's chain; predicting from it put another prompt's blocks on
+// the chosen worker.
+func TestShortPromptPredictsNothing(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.PredictionTTL = time.Minute })
+	if err := f.r.AddWorker(Worker{ID: "a", Model: "m", Endpoint: "a:8000", DPSize: 1, Approximate: true}); err != nil {
+		t.Fatal(err)
+	}
+	long := tokens(1, 8*bs)
+	if _, err := f.r.Score(&Prompt{Model: "m", Tokens: long}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(9000, 5)}, "", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := f.r.Score(&Prompt{Model: "m", Tokens: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := scoreOf(t, res, "a", 0); s.Matched != 0 || s.Predicted != 0 {
+		t.Fatalf("after routing short prompts, the long one scores %+v; want nothing matched", s)
+	}
+}
