@@ -121,7 +121,7 @@ func (rb *rawBatch) decodeMapEvent(r *reader, ev *rawEvent, idx int) error {
 			}
 			continue
 		}
-		f, ok := wire.mapKey(key)
+		f, ok := wire.fieldOfKey(key)
 		if !ok {
 			if err := r.skip(); err != nil {
 				return err

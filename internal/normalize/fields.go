@@ -14,7 +14,15 @@ func (rb *rawBatch) decodeField(r *reader, ev *rawEvent, f field) error {
 	case fBlockHashes:
 		return rb.decodeBlockHashes(r, ev)
 	case fParent:
-		return decodeParent(r, ev)
+		if r.readNil() {
+			ev.HasParent = false
+			return nil
+		}
+		h, err := r.readHash()
+		if err != nil {
+			return err
+		}
+		ev.HasParent, ev.Parent = true, h
 	case fTokens:
 		return rb.decodeTokens(r, ev)
 	case fBlockSize:
@@ -41,7 +49,15 @@ func (rb *rawBatch) decodeField(r *reader, ev *rawEvent, f field) error {
 		ev.HasKind, ev.SpecKind = ok, s
 		return err
 	case fWindow:
-		return decodeWindow(r, ev)
+		if r.readNil() {
+			ev.HasWindow = false
+			return nil
+		}
+		u, _, err := r.readInt()
+		if err != nil {
+			return err
+		}
+		ev.HasWindow, ev.SlidingWindow = true, int64(u)
 	case fLocality:
 		s, _, err := r.readOptStr()
 		ev.Locality = s
@@ -81,21 +97,6 @@ func (rb *rawBatch) decodeBlockHashes(r *reader, ev *rawEvent) error {
 		rb.hashes = append(rb.hashes, h)
 	}
 	ev.BlockHashes = rb.hashes[base:len(rb.hashes):len(rb.hashes)]
-	return nil
-}
-
-// decodeParent reads parent_block_hash: a hash, or nil at the start of a
-// sequence.
-func decodeParent(r *reader, ev *rawEvent) error {
-	if r.readNil() {
-		ev.HasParent = false
-		return nil
-	}
-	h, err := r.readHash()
-	if err != nil {
-		return err
-	}
-	ev.HasParent, ev.Parent = true, h
 	return nil
 }
 
@@ -189,22 +190,10 @@ func decodeSaltMap(r *reader, ev *rawEvent) error {
 	return nil
 }
 
-// decodeWindow reads kv_cache_spec_sliding_window: nil or any integer.
-func decodeWindow(r *reader, ev *rawEvent) error {
-	if r.readNil() {
-		ev.HasWindow = false
-		return nil
-	}
-	u, _, err := r.readInt()
-	if err != nil {
-		return err
-	}
-	ev.HasWindow, ev.SlidingWindow = true, int64(u)
-	return nil
-}
-
 // decodeTokens reads token_ids: nil, ints in [0, 2^32), or EAGLE bigrams
-// [a, b] (every first element and the last second element are kept).
+// [a, b] (every first element and the last second element are kept). The
+// ints are the hot path of the whole decode: their common encodings are read
+// inline.
 func (rb *rawBatch) decodeTokens(r *reader, ev *rawEvent) error {
 	ev.Bigram = false
 	if r.readNil() {
@@ -221,19 +210,12 @@ func (rb *rawBatch) decodeTokens(r *reader, ev *rawEvent) error {
 			return err
 		}
 		ev.Bigram = true
-	} else if err := rb.decodeTokenInts(r, n); err != nil {
-		return err
+		ev.Tokens = rb.tokens[base:len(rb.tokens):len(rb.tokens)]
+		return nil
 	}
-	ev.Tokens = rb.tokens[base:len(rb.tokens):len(rb.tokens)]
-	return nil
-}
-
-// decodeTokenInts appends n tokens sent as integers to rb.tokens.
-func (rb *rawBatch) decodeTokenInts(r *reader, n int) error {
 	if n > len(r.b)-r.off {
 		return r.truncated()
 	}
-	base := len(rb.tokens)
 	rb.tokens = growU32(rb.tokens, n)
 	toks := rb.tokens[base : base+n]
 	b, off := r.b, r.off
@@ -242,7 +224,6 @@ func (rb *rawBatch) decodeTokenInts(r *reader, n int) error {
 			r.off = off
 			return r.truncated()
 		}
-		// Inline fast paths for the common encodings.
 		switch c := b[off]; {
 		case c <= 0x7f:
 			toks[i] = uint32(c)
@@ -268,6 +249,7 @@ func (rb *rawBatch) decodeTokenInts(r *reader, n int) error {
 	}
 	r.off = off
 	rb.tokens = rb.tokens[:base+n]
+	ev.Tokens = rb.tokens[base:len(rb.tokens):len(rb.tokens)]
 	return nil
 }
 

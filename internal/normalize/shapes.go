@@ -200,7 +200,14 @@ const (
 	numTags
 )
 
-var tagNames = [numTags]string{"unknown", "BlockStored", "BlockRemoved", "AllBlocksCleared"}
+// The tags as engines send them.
+const (
+	storedName  = "BlockStored"
+	removedName = "BlockRemoved"
+	clearedName = "AllBlocksCleared"
+)
+
+var tagNames = [numTags]string{"unknown", storedName, removedName, clearedName}
 
 // String returns the tag as engines send it ("unknown" for tagUnknown).
 func (t eventTag) String() string {
@@ -211,10 +218,13 @@ func (t eventTag) String() string {
 }
 
 func tagOf(name []byte) eventTag {
-	for t := tagStored; t < numTags; t++ {
-		if string(name) == tagNames[t] {
-			return t
-		}
+	switch string(name) {
+	case storedName:
+		return tagStored
+	case removedName:
+		return tagRemoved
+	case clearedName:
+		return tagCleared
 	}
 	return tagUnknown
 }
@@ -266,11 +276,17 @@ type wireTables struct {
 	mapFields [numTags]fieldSet
 	// mapKeys are the fields a tagged map may carry for any tag: a map's keys
 	// are read before its tag may be known.
-	mapKeys []field
+	mapKeys []mapKey
 	// rankKeys are a batch map's rank keys, in row order.
 	rankKeys []string
 	// loraSlotSalt: lora_name may hold a {"cache_salt": ...} map instead.
 	loraSlotSalt bool
+}
+
+// mapKey is a map key that names a field.
+type mapKey struct {
+	name string
+	f    field
 }
 
 // maxRankKeys bounds rankKeys, so that a batch map's rank offsets fit an array.
@@ -316,7 +332,7 @@ func deriveWire(rows []shape) *wireTables {
 	}
 	for f := field(0); f < numFields; f++ {
 		if keys.has(f) {
-			w.mapKeys = append(w.mapKeys, f)
+			w.mapKeys = append(w.mapKeys, mapKey{fieldNames[f], f})
 		}
 	}
 	return w
@@ -379,11 +395,11 @@ func mergeArray(s shape, have, row []field) []field {
 	return have
 }
 
-// mapKey returns the field a tagged map's key names, if any.
-func (w *wireTables) mapKey(key []byte) (field, bool) {
-	for _, f := range w.mapKeys {
-		if string(key) == fieldNames[f] {
-			return f, true
+// fieldOfKey returns the field a tagged map's key names, if any.
+func (w *wireTables) fieldOfKey(key []byte) (field, bool) {
+	for _, k := range w.mapKeys {
+		if string(key) == k.name {
+			return k.f, true
 		}
 	}
 	return 0, false

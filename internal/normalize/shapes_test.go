@@ -58,7 +58,11 @@ func describeWire(w *wireTables) string {
 		}
 		fmt.Fprintf(&sb, "  %s: %s\n", t, names(fs))
 	}
-	fmt.Fprintf(&sb, "map keys read before the tag is known: %s\n", names(w.mapKeys))
+	var keys []field
+	for _, k := range w.mapKeys {
+		keys = append(keys, k.f)
+	}
+	fmt.Fprintf(&sb, "map keys read before the tag is known: %s\n", names(keys))
 	fmt.Fprintf(&sb, "batch map rank keys, first present and not nil wins: %s\n", strings.Join(w.rankKeys, " "))
 	fmt.Fprintf(&sb, "lora_name may be a {\"cache_salt\": ...} map: %v\n", w.loraSlotSalt)
 	return sb.String()
