@@ -20,6 +20,9 @@ type FleetConfig struct {
 	Replay bool
 	// Prefix names engines Prefix-00, Prefix-01, ... (default "engine").
 	Prefix string
+	// Configure, if set, adjusts engine i's config after the template is
+	// applied (e.g. one engine's replay buffer).
+	Configure func(i int, c *engine.Config)
 }
 
 // Fleet is a set of running simulated engines.
@@ -41,6 +44,9 @@ func StartFleet(cfg FleetConfig) (*Fleet, error) {
 		ec.Endpoint = "tcp://127.0.0.1:0"
 		if cfg.Replay {
 			ec.ReplayEndpoint = "tcp://127.0.0.1:0"
+		}
+		if cfg.Configure != nil {
+			cfg.Configure(i, &ec)
 		}
 		e, err := engine.New(ec)
 		if err != nil {

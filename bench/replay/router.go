@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 )
@@ -32,15 +34,18 @@ type RouterConfig struct {
 	Args []string
 	// Log receives the router's stdout and stderr; nil discards.
 	Log io.Writer
-	// StartTimeout bounds the wait for the router to answer (default 20 s).
+	// StartTimeout bounds StartRouter's wait for the router to answer (default 20 s).
 	StartTimeout time.Duration
 }
 
 // Router is a running router subprocess with clients connected to it.
 type Router struct {
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+	health  healthpb.HealthClient
+	// Started is when the process was started.
+	Started  time.Time
 	GRPCAddr string
 	HTTPAddr string
 	Conn     *grpc.ClientConn
@@ -68,14 +73,30 @@ func freeAddr() (string, error) {
 
 // StartRouter starts the router and waits until its gRPC API answers.
 func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 20 * time.Second
+	}
+	r, err := LaunchRouter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.WaitAnswering(ctx, cfg.StartTimeout); err != nil {
+		r.Stop()
+		return nil, err
+	}
+	return r, nil
+}
+
+// LaunchRouter starts the router process and connects a client without
+// waiting for it to answer: a caller timing its start polls Health or
+// WaitAnswering itself. Empty addresses in cfg are replaced by free loopback
+// ports; pass the same addresses again to restart a router where it was.
+func LaunchRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.Bin == "" {
 		cfg.Bin = "bin/kvrouter"
 	}
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 20 * time.Second
 	}
 	if _, err := os.Stat(cfg.Bin); err != nil {
 		return nil, fmt.Errorf("router binary: %w (run `make build` or pass the path)", err)
@@ -105,36 +126,84 @@ func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start router %s: %w", cfg.Bin, err)
 	}
-	r := &Router{cmd: cmd, exited: make(chan struct{}), GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
+	r := &Router{cmd: cmd, exited: make(chan struct{}), Started: time.Now(),
+		GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
 	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
-	r.Conn, err = grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A short reconnect backoff: the default (1 s after the first refused
+	// connection) would hide how soon a starting router answers.
+	r.Conn, err = grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
 	if err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("dial router: %w", err)
 	}
 	r.Router = kvrouterv1.NewRouterClient(r.Conn)
 	r.Registry = kvrouterv1.NewRegistryClient(r.Conn)
-	deadline := time.Now().Add(cfg.StartTimeout)
+	r.health = healthpb.NewHealthClient(r.Conn)
+	return r, nil
+}
+
+// WaitAnswering polls ListWorkers until it answers, the router exits, ctx
+// ends or timeout passes.
+func (r *Router) WaitAnswering(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := r.Registry.ListWorkers(cctx, &kvrouterv1.ListWorkersRequest{})
 		cancel()
 		if err == nil {
-			return r, nil
+			return nil
 		}
 		select {
 		case <-r.exited:
-			return nil, fmt.Errorf("router exited during start: %v", r.waitErr)
+			return fmt.Errorf("router exited during start: %v", r.waitErr)
 		case <-ctx.Done():
-			r.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			r.Stop()
-			return nil, fmt.Errorf("router did not answer on %s within %v: %w", r.GRPCAddr, cfg.StartTimeout, err)
+			return fmt.Errorf("router did not answer on %s within %v: %w", r.GRPCAddr, timeout, err)
 		}
 	}
+}
+
+// Health asks the router's grpc.health.v1 service for the overall status
+// (service ""), with a one-second timeout.
+func (r *Router) Health(ctx context.Context) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := r.health.Check(cctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, err
+	}
+	return resp.GetStatus(), nil
+}
+
+// PID is the router's process id.
+func (r *Router) PID() int { return r.cmd.Process.Pid }
+
+// ExitErr is how the process ended; valid once Exited is closed.
+func (r *Router) ExitErr() error { return r.waitErr }
+
+// Kill sends SIGKILL (a crash: no drain, no final snapshot) and waits for the
+// process to end.
+func (r *Router) Kill() error {
+	if r.Conn != nil {
+		r.Conn.Close()
+	}
+	select {
+	case <-r.exited:
+		return fmt.Errorf("router had already exited: %v", r.waitErr)
+	default:
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill router: %w", err)
+	}
+	<-r.exited
+	return nil
 }
 
 // dialAddr turns a listen address like ":50051" into a dialable one.

@@ -6,6 +6,7 @@
 //	kvbench load [flags]        Route latency at a target rate against a filled index
 //	kvbench ceiling [flags]     pooled-LRU ceilings for a range of capacities (no router)
 //	kvbench gen [flags]         write a synthetic Mooncake-format trace (chat, agent, rag, mix)
+//	kvbench restart [flags]     kill -9 the router mid-replay, restart it on its state dir, check the index
 package main
 
 import (
@@ -47,11 +48,13 @@ func main() {
 		err = runCeiling(args)
 	case "gen":
 		err = runGen(args)
+	case "restart":
+		err = runRestart(ctx, args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen] [flags]; kvbench CMD -h for flags")
+		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart] [flags]; kvbench CMD -h for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling or gen)", cmd)
+		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen or restart)", cmd)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
