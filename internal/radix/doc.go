@@ -22,5 +22,7 @@
 //     is bound, and the dense worker slots Match reports.
 //   - u64map.go: the open-addressing map of the write path; hash.go: its
 //     mixer (and the path keys').
+//   - export.go, import.go: the index's side of a snapshot (Exporter,
+//     Importer).
 //   - invariants.go: CheckInvariants, which tests run after every call.
 package radix
