@@ -81,13 +81,13 @@ func (e *engineReplayer) publish() uint64 {
 	return e.published - 1
 }
 
-func (e *engineReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte) error) error {
+func (e *engineReplayer) replay(_ context.Context, start uint64, fn replyFunc) error {
 	lo := uint64(0)
 	if e.published > e.keep {
 		lo = e.published - e.keep
 	}
 	for seq := max(start, lo); seq < e.published; seq++ {
-		if err := fn(seq, seqPayload(seq)); err != nil {
+		if err := fn(seq, nil, seqPayload(seq)); err != nil {
 			return err
 		}
 	}
@@ -182,13 +182,13 @@ func (e *genReplayer) publish() uint64 {
 	return e.published - 1
 }
 
-func (e *genReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte) error) error {
+func (e *genReplayer) replay(_ context.Context, start uint64, fn replyFunc) error {
 	lo := uint64(0)
 	if e.published > e.keep {
 		lo = e.published - e.keep
 	}
 	for seq := max(start, lo); seq < e.published; seq++ {
-		if err := fn(seq, genPayload(seq, e.gen)); err != nil {
+		if err := fn(seq, nil, genPayload(seq, e.gen)); err != nil {
 			return err
 		}
 	}
@@ -212,5 +212,7 @@ func (s *genSink) apply(p []byte, st *batchStats) error {
 	s.trace = append(s.trace, a)
 	return nil
 }
-func (s *genSink) reset()         { s.trace = append(s.trace, applied{clear: true}) }
-func (s *genSink) cached() uint64 { return 0 }
+func (s *genSink) reset()               { s.trace = append(s.trace, applied{clear: true}) }
+func (s *genSink) cached() uint64       { return 0 }
+func (s *genSink) otherRanks() []uint32 { return nil }
+func (s *genSink) adopt([]uint32)       {}

@@ -55,12 +55,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 func newTestManager(t testing.TB, check bool) (*Manager, *radix.Index, *prometheus.Registry) {
 	t.Helper()
 	idx := radix.New(radix.Config{CheckInvariants: check})
+	m, reg := newTestManagerOn(t, idx)
+	return m, idx, reg
+}
+
+// newTestManagerOn returns a Manager over idx, resuming ranks from resume
+// (nil: none).
+func newTestManagerOn(t testing.TB, idx *radix.Index, resume ...func(kv.WorkerRank) (Position, bool)) (*Manager, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := New(Config{
+	cfg := Config{
 		Index: idx, BlockSize: testBlockSize, Logger: testLogger(t), Registerer: reg,
 		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
 		ReplayTimeout: 3 * time.Second, StopTimeout: 5 * time.Second,
-	})
+	}
+	if len(resume) > 0 {
+		cfg.Resume = resume[0]
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +81,7 @@ func newTestManager(t testing.TB, check bool) (*Manager, *radix.Index, *promethe
 			t.Error(err)
 		}
 	})
-	return m, idx, reg
+	return m, reg
 }
 
 func status(t testing.TB, m *Manager, id string) RankStatus {

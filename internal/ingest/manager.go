@@ -41,6 +41,17 @@ type Config struct {
 	// StopTimeout bounds how long Remove and Close wait for a worker's
 	// goroutines (0: 10s).
 	StopTimeout time.Duration
+	// Resume gives the snapshot position of a worker/rank restored into
+	// Index (nil: none). Add asks it for each rank of a worker the first
+	// time that worker ID is added: the index must then hold what
+	// Checkpoint exported for the rank (its indexRanks) as of Position.Seq.
+	// The rank asks the engine to replay from there, and
+	// RankStatus.Restore says what came of it. A rank it has no position
+	// for (false, or no seq) starts as new, as does a worker added again
+	// after Remove (Remove dropped its blocks). The worker's index ranks at
+	// or above its DPSize (ranks its batches named) are rank 0's to clear.
+	// Restored ranks no worker is added for are the caller's to drop.
+	Resume func(kv.WorkerRank) (Position, bool)
 
 	// newSink replaces the index sink (tests).
 	newSink func(w kv.WorkerRank) sink
@@ -62,13 +73,30 @@ type Worker struct {
 	DPSize int
 }
 
+// Position is what a rank has applied, as Checkpoint reports it and
+// Config.Resume gives it back: the index holds the rank's blocks as of it.
+type Position struct {
+	// HasSeq: the rank holds batches (false: nothing applied since the
+	// rank started or was last cleared; Seq and Sum are zero).
+	HasSeq bool
+	// Seq is the last applied batch's seq.
+	Seq uint64
+	// Sum is the XXH64 of that batch's payload: a restarted engine's batch
+	// at the same seq differs.
+	Sum uint64
+	// Epoch is the SGLang topic epoch (the sgl-kv-epoch= suffix) of the
+	// engine followed; empty if its topics have none.
+	Epoch string
+}
+
 // RankStatus is one worker/rank's subscription state.
 type RankStatus struct {
 	DPRank uint32
 	// Connected reports a live ZMTP connection to the engine's publisher.
 	Connected bool
 	// LastSeq is the last sequence number applied (0 after an engine
-	// restart until the new incarnation's first batch).
+	// restart until the new incarnation's first batch; a resumed rank's
+	// restored seq until it applies one).
 	LastSeq uint64
 	// EventsApplied counts normalized events applied to the index.
 	EventsApplied uint64
@@ -88,6 +116,15 @@ type RankStatus struct {
 	DecodeErrors uint64
 	// CachedBlocks is the number of blocks the rank holds in the index.
 	CachedBlocks uint64
+	// Restore is what came of a rank started from Config.Resume: "" (not
+	// restored, or not decided yet), "restored" (the engine continued the
+	// snapshot's stream: nothing lost), "rebuilt" (its buffer no longer
+	// reached the restored seq + 1: cleared and rebuilt from the buffer),
+	// "reset" (the engine restarted meanwhile: cleared, following the new
+	// incarnation), "kept" (no replay; the first live seq followed the
+	// restored one) or "cleared" (no replay, or it failed, and the first
+	// live batch did not follow: cleared).
+	Restore string
 }
 
 // Manager keeps one subscription per registered worker and rank.
@@ -100,6 +137,7 @@ type Manager struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+	added   map[string]bool // every worker ID Add started (Resume is asked once)
 	closed  bool
 }
 
@@ -136,7 +174,7 @@ func New(cfg Config) (*Manager, error) {
 	def(&cfg.ReplayTimeout, 5*time.Second)
 	def(&cfg.KeepAlive, 5*time.Second)
 	def(&cfg.StopTimeout, 10*time.Second)
-	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker)}
+	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker), added: make(map[string]bool)}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -182,23 +220,32 @@ func (m *Manager) Add(w Worker) error {
 			r.stop()
 		}
 	}
+	resume := m.cfg.Resume != nil && !m.added[w.ID]
 	for dp := 0; dp < w.DPSize; dp++ {
-		r, err := m.newRank(w, dp)
+		r, err := m.newRank(w, dp, resume)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("ingest: worker %q rank %d: %w", w.ID, dp, err)
 		}
-		if err := r.start(m.ctx); err != nil {
+		if err := r.listen(m.ctx); err != nil {
 			stopAll()
 			return fmt.Errorf("ingest: worker %q rank %d: bind %s: %w", w.ID, dp, r.ep, err)
 		}
 		ranks = append(ranks, r)
 	}
+	if resume && m.cfg.Index != nil {
+		ranks[0].sink.adopt(m.namedRanks(w))
+	}
+	for _, r := range ranks {
+		r.run()
+	}
 	m.workers[w.ID] = &worker{w: w, ranks: ranks}
+	m.added[w.ID] = true
 	return nil
 }
 
-func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
+// newRank makes rank dp of w, from its snapshot position if resume.
+func (m *Manager) newRank(w Worker, dp int, resume bool) (*rank, error) {
 	s, err := RankEndpoint(w.KVEndpoint, dp)
 	if err != nil {
 		return nil, err
@@ -219,6 +266,7 @@ func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
 		backoffMax: m.cfg.ReconnectMax,
 		q:          make(chan item, m.cfg.QueueDepth),
 		large:      make(chan struct{}, largeSlots),
+		pauses:     make(chan *pause),
 	}
 	if w.ReplayEndpoint != "" {
 		s, err := RankEndpoint(w.ReplayEndpoint, dp)
@@ -241,7 +289,27 @@ func (m *Manager) newRank(w Worker, dp int) (*rank, error) {
 	if m.metrics != nil {
 		r.met = m.metrics.rank(w.ID, uint32(dp))
 	}
+	if resume {
+		if p, ok := m.cfg.Resume(id); ok && p.HasSeq {
+			r.resume = &p
+		}
+	}
 	return r, nil
+}
+
+// namedRanks returns the dp ranks at or above w's DPSize that hold blocks
+// of w in the index: a restored worker's batches named them (the batch's
+// rank is trusted), and no rank of its own clears them. The snapshot does
+// not say which rank named them; rank 0, the one that names other ranks
+// when the engine's ranks share a publisher, takes them.
+func (m *Manager) namedRanks(w Worker) []uint32 {
+	var out []uint32
+	for dp := uint32(w.DPSize); dp < kv.MaxDPSize; dp++ {
+		if m.cfg.Index.Cached(kv.WorkerRank{ID: w.ID, DPRank: dp}) > 0 {
+			out = append(out, dp)
+		}
+	}
+	return out
 }
 
 // Remove stops following a worker and removes its blocks from the index.
@@ -305,6 +373,50 @@ func (m *Manager) Status(workerID string) []RankStatus {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].DPRank < out[j].DPRank })
 	return out
+}
+
+// errRankStopped: the rank stopped before Checkpoint reached it.
+var errRankStopped = errors.New("rank stopped")
+
+// Checkpoint calls fn for every rank, one at a time, by worker ID then rank,
+// with that rank's applier paused between two batches (never inside one;
+// during a replay, between two replies); other ranks go on applying. While
+// fn runs, the index ranks the rank writes to (indexRanks: its own, then
+// those its batches named) hold exactly its batches up to pos: fn exports
+// them.
+//
+// A rank removed before its turn is left out; one removed while fn runs
+// stops at once (fn may still read its index ranks while Remove clears
+// them), and fn may call Remove, Status or Add. Ranks added meanwhile may
+// be left out. Checkpoint fails if the Manager is closed before or during
+// it, or with fn's first error (the ranks after it are not visited).
+func (m *Manager) Checkpoint(fn func(rank kv.WorkerRank, pos Position, indexRanks []kv.WorkerRank) error) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errors.New("ingest: checkpoint: manager is closed")
+	}
+	var ranks []*rank
+	for _, wk := range m.workers {
+		ranks = append(ranks, wk.ranks...)
+	}
+	m.mu.Unlock()
+	sort.Slice(ranks, func(i, j int) bool {
+		a, b := ranks[i], ranks[j]
+		return a.worker < b.worker || a.worker == b.worker && a.dp < b.dp
+	})
+	for _, r := range ranks {
+		err := r.checkpoint(fn)
+		switch {
+		case errors.Is(err, errRankStopped) && m.ctx.Err() != nil:
+			return errors.New("ingest: checkpoint: manager closed during the checkpoint")
+		case errors.Is(err, errRankStopped):
+			// Removed: not part of the cut.
+		case err != nil:
+			return fmt.Errorf("ingest: checkpoint worker %q rank %d: %w", r.worker, r.dp, err)
+		}
+	}
+	return nil
 }
 
 // Close stops every subscription, waiting at most StopTimeout. The index is

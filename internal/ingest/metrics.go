@@ -54,7 +54,7 @@ func (s *batchStats) reset() { *s = batchStats{} }
 type metrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors *prometheus.CounterVec
 	gaps, replays, replayFailures, restarts, reconnects       *prometheus.CounterVec
-	dpMismatch                                                *prometheus.CounterVec
+	dpMismatch, restores                                      *prometheus.CounterVec
 	events, filtered, applyErrors, malformed                  *prometheus.CounterVec
 	lastSeq, lag, connected                                   *prometheus.GaugeVec
 }
@@ -79,6 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		restarts:       counter("engine_restarts_total", "Engine restarts detected (seq went backwards); the rank was cleared."),
 		reconnects:     counter("reconnects_total", "Connections re-established after the first."),
 		dpMismatch:     counter("dp_rank_mismatch_total", "Batches whose dp rank differs from the endpoint's rank (the batch's rank is used)."),
+		restores:       counter("restores_total", "Ranks started from a snapshot, by outcome (restored, rebuilt, reset, kept, cleared).", "outcome"),
 		events:         counter("events_total", "Normalized events applied, by type.", "type"),
 		filtered:       counter("filtered_total", "Events or blocks filtered by the normalizer, by reason.", "reason"),
 		applyErrors:    counter("apply_errors_total", "Events the index refused, by reason.", "reason"),
@@ -89,8 +90,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
-			m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.events, m.filtered,
-			m.applyErrors, m.malformed, m.lastSeq, m.lag, m.connected} {
+			m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
+			m.filtered, m.applyErrors, m.malformed, m.lastSeq, m.lag, m.connected} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -103,8 +104,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) forget(worker string) {
 	l := prometheus.Labels{"worker": worker}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
-		m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.events, m.filtered,
-		m.applyErrors, m.malformed} {
+		m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
+		m.filtered, m.applyErrors, m.malformed} {
 		v.DeletePartialMatch(l)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.lag, m.connected} {
@@ -122,6 +123,7 @@ type rankMetrics struct {
 	filtered                                                  [normalize.NumReasons]prometheus.Counter
 	applyErrors                                               [numApplyErrors]prometheus.Counter
 	malformedBy                                               [len(malformedReasons)]prometheus.Counter
+	restores                                                  [numRestoreOutcomes]prometheus.Counter
 	lastSeq, lag, connected                                   prometheus.Gauge
 }
 
@@ -154,6 +156,9 @@ func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
 	}
 	for i, name := range malformedReasons {
 		rm.malformedBy[i] = m.malformed.WithLabelValues(worker, r, name)
+	}
+	for i := range rm.restores {
+		rm.restores[i] = m.restores.WithLabelValues(worker, r, restoreOutcomes[i].name)
 	}
 	return rm
 }

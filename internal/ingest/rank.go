@@ -15,6 +15,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // item is one entry of a rank's queue: a batch, or the news that a new
@@ -44,6 +46,8 @@ type rank struct {
 
 	q      chan item
 	large  chan struct{} // slots for queued messages of largeMessage bytes or more
+	pauses chan *pause   // Checkpoint's requests, served by the applier between batches
+	resume *Position     // the snapshot position the applier starts from (nil: none)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -61,6 +65,7 @@ type rank struct {
 	reconnects     atomic.Uint64
 	decodeErrors   atomic.Uint64
 	malformed      atomic.Uint64
+	restore        atomic.Uint32 // the restore's outcome + 1 (0: none decided)
 
 	// Applier state, owned by the applier goroutine.
 	seq       seqState
@@ -71,26 +76,31 @@ type rank struct {
 	logLimit  rateLimit
 }
 
-// start binds (bind mode) and starts the rank's goroutines.
-func (r *rank) start(parent context.Context) error {
+// listen binds (bind mode); run then starts the rank's goroutines. A worker's
+// ranks all bind before any runs, so an Add that fails has applied nothing.
+func (r *rank) listen(parent context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(parent)
-	if r.ep.Bind {
-		var lc net.ListenConfig
-		ln, err := lc.Listen(r.ctx, r.ep.network(), r.ep.Address)
-		if err != nil {
-			r.cancel()
-			return err
-		}
-		r.ln = ln
-		r.wg.Add(1)
+	if !r.ep.Bind {
+		return nil
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(r.ctx, r.ep.network(), r.ep.Address)
+	if err != nil {
+		r.cancel()
+		return err
+	}
+	r.ln = ln
+	return nil
+}
+
+func (r *rank) run() {
+	r.wg.Add(2)
+	if r.ln != nil {
 		go r.acceptLoop()
 	} else {
-		r.wg.Add(1)
 		go r.connectLoop()
 	}
-	r.wg.Add(1)
 	go r.applyLoop()
-	return nil
 }
 
 // stop ends the rank's goroutines and waits for them.
@@ -289,13 +299,19 @@ func (r *rank) malformedMsg(reason, format string, args ...any) {
 	}
 }
 
-// applyLoop applies the queue in order.
+// applyLoop applies the queue in order, after the restore if there is one,
+// and pauses between two batches when Checkpoint asks.
 func (r *rank) applyLoop() {
 	defer r.wg.Done()
+	if r.resume != nil {
+		r.restoreFrom(*r.resume)
+	}
 	for {
 		select {
 		case <-r.ctx.Done():
 			return
+		case p := <-r.pauses:
+			r.hold(p)
 		case it := <-r.q:
 			r.dequeued(it)
 			if it.connected {
@@ -314,6 +330,82 @@ func (r *rank) dequeued(it item) {
 	if len(it.payload) >= largeMessage {
 		<-r.large
 	}
+}
+
+// restoreFrom steps the snapshot's position in: the index holds the rank's
+// blocks as of p.Seq.
+func (r *rank) restoreFrom(p Position) {
+	r.lastSeq.Store(p.Seq)
+	if r.met != nil {
+		r.met.lastSeq.Set(float64(p.Seq))
+	}
+	r.handle(seqInput{kind: inRestore, seq: p.Seq, sum: p.Sum, epoch: []byte(p.Epoch)}, nil)
+}
+
+// pause is Checkpoint's hold on a rank's applier, between two batches.
+type pause struct {
+	pos    Position
+	ranks  []kv.WorkerRank
+	held   chan struct{} // closed by the applier once pos and ranks are set
+	resume chan struct{} // closed by Checkpoint when it is done with the rank
+}
+
+// hold serves p: it reports the rank's position and the index ranks it
+// writes to, then applies nothing until Checkpoint resumes it or the rank
+// stops (a rank removed meanwhile does not wait for Checkpoint).
+func (r *rank) hold(p *pause) {
+	p.pos = r.position()
+	p.ranks = append(p.ranks, kv.WorkerRank{ID: r.worker, DPRank: r.dp})
+	for _, dp := range r.sink.otherRanks() {
+		p.ranks = append(p.ranks, kv.WorkerRank{ID: r.worker, DPRank: dp})
+	}
+	close(p.held)
+	select {
+	case <-p.resume:
+	case <-r.ctx.Done():
+	}
+}
+
+// between serves a waiting Checkpoint, if any, between two replay replies:
+// a long replay does not hold a checkpoint up, and what it applied so far
+// is a cut like any other.
+func (r *rank) between() {
+	select {
+	case p := <-r.pauses:
+		r.hold(p)
+	default:
+	}
+}
+
+// position is what the rank has applied: the index holds its blocks as of
+// this.
+func (r *rank) position() Position {
+	s := &r.seq
+	p := Position{HasSeq: s.held.ok, Epoch: string(s.epoch)}
+	if s.held.ok {
+		p.Seq, p.Sum = s.held.last, s.held.sum
+	}
+	return p
+}
+
+// checkpoint pauses the applier between two batches and calls fn with its
+// position. It returns errRankStopped, without calling fn, when the rank
+// stops first.
+func (r *rank) checkpoint(fn func(kv.WorkerRank, Position, []kv.WorkerRank) error) error {
+	p := &pause{held: make(chan struct{}), resume: make(chan struct{})}
+	select {
+	case r.pauses <- p:
+	case <-r.ctx.Done():
+		return errRankStopped
+	}
+	defer close(p.resume)
+	select {
+	case <-p.held:
+	case <-r.ctx.Done():
+		// Stopping: p, if taken, is resumed by the deferred close.
+		return errRankStopped
+	}
+	return fn(kv.WorkerRank{ID: r.worker, DPRank: r.dp}, p.pos, p.ranks)
 }
 
 // onConnect tells the sequence state machine that a new connection is up.
@@ -359,11 +451,16 @@ func (r *rank) runReplay(from uint64) seqInput {
 	return seqInput{kind: inReplayEnd}
 }
 
-// onReply steps one replayed batch in; an error cuts the replay off.
-func (r *rank) onReply(seq uint64, payload []byte) error {
-	acts := r.seq.step(seqInput{kind: inReplayReply, seq: seq, sum: xxhash.Sum64(payload)}, r.replyActs[:0])
+// onReply steps one replayed batch in (topic: the reply's, nil if it has
+// none); an error cuts the replay off.
+func (r *rank) onReply(seq uint64, topic, payload []byte) error {
+	in := seqInput{kind: inReplayReply, seq: seq, sum: xxhash.Sum64(payload), epoch: topicEpoch(topic)}
+	acts := r.seq.step(in, r.replyActs[:0])
 	_, _, cut := r.execute(acts, payload)
 	r.replyActs = acts[:0]
+	if cut == nil {
+		r.between()
+	}
 	return cut
 }
 
@@ -385,6 +482,8 @@ func (r *rank) execute(acts []seqAction, payload []byte) (from uint64, replay bo
 			r.count(a.counter)
 		case actLog:
 			r.logNote(a)
+		case actOutcome:
+			r.outcome(a)
 		}
 	}
 	return from, replay, cut
@@ -431,6 +530,29 @@ func (r *rank) logNote(a *seqAction) {
 	}
 }
 
+// outcome records a restore's outcome: the status, its counter and its one
+// log line.
+func (r *rank) outcome(a *seqAction) {
+	o := &restoreOutcomes[a.outcome]
+	r.restore.Store(uint32(a.outcome) + 1)
+	if r.met != nil {
+		r.met.restores[a.outcome].Inc()
+	}
+	if a.outcome == outcomeReset {
+		r.lastSeq.Store(0) // nothing of the new incarnation applied yet
+	}
+	args := []any{"last_seq", a.seq}
+	if a.hasArg {
+		args = append(args, o.argKey, a.arg)
+	}
+	args = append(args, "reason", a.reason)
+	level := slog.LevelInfo
+	if o.warn {
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, o.msg, args...)
+}
+
 // apply decodes and applies one batch.
 func (r *rank) apply(seq uint64, payload []byte) {
 	r.st.reset()
@@ -472,7 +594,16 @@ func (r *rank) status() RankStatus {
 		Reconnects:     r.reconnects.Load(),
 		DecodeErrors:   r.decodeErrors.Load(),
 		CachedBlocks:   r.sink.cached(),
+		Restore:        restoreName(r.restore.Load()),
 	}
+}
+
+// restoreName names a stored restore outcome ("" when none was decided).
+func restoreName(v uint32) string {
+	if v == 0 {
+		return ""
+	}
+	return restoreOutcomes[v-1].name
 }
 
 // rateLimit allows one log line per interval.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // rankActionCases are TestRankCarriesOutActions' scenarios.
@@ -96,6 +98,86 @@ var rankActionCases = []struct {
 		trace: "0 clear 0 1 2 3 4 5",
 		want:  RankStatus{Replays: 2, EngineRestarts: 1, LastSeq: 5, EventsApplied: 7},
 		logs:  []string{`reason="topic epoch changed" last_seq=0 seq=5`}},
+	{name: "restored",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.restoreFrom(restorePos(3, 0, ""))
+			rp.set(0, 6)
+			r.onConnect()
+			live(r, 0, 5, 6, 7)
+		},
+		trace: "4 5 6 7",
+		want:  RankStatus{Replays: 1, LastSeq: 7, EventsApplied: 4, Restore: "restored"},
+		logs: []string{`level=INFO msg="kv events: restored from snapshot, nothing lost" ` +
+			`last_seq=3 caught_up_to=6 reason="replay buffer holds the restored batch"`}},
+	{name: "restore rebuilt",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.restoreFrom(restorePos(3, 0, ""))
+			rp.set(6, 8)
+			r.onConnect()
+		},
+		trace: "clear 6 7 8",
+		want:  RankStatus{Replays: 1, LastSeq: 8, EventsApplied: 3, Restore: "rebuilt"},
+		logs: []string{`level=WARN msg="kv events: restore: history lost, clearing worker rank and rebuilding ` +
+			`from the replay buffer" last_seq=3 buffer_from=6 reason="replay buffer starts above the restored seq + 1"`}},
+	{name: "restore reset, another batch at the restored seq",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.restoreFrom(restorePos(3, 0, ""))
+			rp.gen = 1
+			rp.set(0, 4)
+			r.onConnect()
+		},
+		trace: "clear 0 1 2 3 4",
+		want:  RankStatus{Replays: 2, LastSeq: 4, EventsApplied: 5, Restore: "reset"},
+		logs: []string{`level=WARN msg="kv events: restore: engine restarted, clearing worker rank" ` +
+			`last_seq=3 seq=4 reason="replay buffer holds another batch at the restored seq"`}},
+	{name: "restore reset, empty buffer",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.restoreFrom(restorePos(3, 0, ""))
+			rp.set(1, 0)
+			r.onConnect()
+		},
+		trace: "clear",
+		// LastSeq is 0 until the new incarnation's first batch.
+		want: RankStatus{Replays: 2, LastSeq: 0, Restore: "reset"},
+		logs: []string{`last_seq=3 reason="replay buffer ends before the restored seq"`}},
+	{name: "restore reset, epoch in the replay's topic",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.restoreFrom(restorePos(3, 0, "a"))
+			rp.set(0, 4)
+			rp.topic = []byte("kv@sgl-kv-epoch=b")
+			r.onConnect()
+			r.onBatch(5, []byte("kv@sgl-kv-epoch=b"), seqPayload(5))
+		},
+		trace: "clear 0 1 2 3 4 5",
+		want:  RankStatus{Replays: 2, LastSeq: 5, EventsApplied: 6, Restore: "reset"},
+		logs:  []string{`last_seq=3 seq=4 reason="topic epoch changed"`}},
+	{name: "restore kept without a replay endpoint",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.replay, r.seq.canReplay = nil, false
+			r.restoreFrom(restorePos(3, 0, ""))
+			r.onConnect()
+			live(r, 0, 4, 5)
+		},
+		trace: "4 5",
+		want:  RankStatus{LastSeq: 5, EventsApplied: 2, Restore: "kept"},
+		logs: []string{`level=INFO msg="kv events: restored from snapshot, kept" last_seq=3 live_seq=4 ` +
+			`reason="first live seq follows the restored seq"`}},
+	{name: "restore cleared without a replay endpoint",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.replay, r.seq.canReplay = nil, false
+			r.restoreFrom(restorePos(3, 0, ""))
+			r.onConnect()
+			live(r, 0, 9)
+		},
+		trace: "clear 9",
+		want:  RankStatus{LastSeq: 9, EventsApplied: 1, Restore: "cleared"},
+		logs: []string{`level=WARN msg="kv events: restore: clearing worker rank" last_seq=3 live_seq=9 ` +
+			`reason="first live seq does not follow the restored seq"`}},
+}
+
+// restorePos is the position after seq of incarnation gen, in epoch.
+func restorePos(seq uint64, gen byte, epoch string) Position {
+	return Position{HasSeq: true, Seq: seq, Sum: xxhash.Sum64(genPayload(seq, gen)), Epoch: epoch}
 }
 
 // TestRankCarriesOutActions runs the applier's shell, with a scripted replay
@@ -157,32 +239,36 @@ func (s *recordSink) apply(p []byte, st *batchStats) error {
 	st.events++
 	return nil
 }
-func (s *recordSink) reset()         { s.trace = append(s.trace, "clear") }
-func (s *recordSink) cached() uint64 { return 0 }
+func (s *recordSink) reset()               { s.trace = append(s.trace, "clear") }
+func (s *recordSink) cached() uint64       { return 0 }
+func (s *recordSink) otherRanks() []uint32 { return nil }
+func (s *recordSink) adopt([]uint32)       {}
 
-// scriptReplayer serves seqs lo..hi of incarnation gen (none when lo > hi).
+// scriptReplayer serves seqs lo..hi of incarnation gen (none when lo > hi),
+// with topic in every reply (nil: replies without one).
 type scriptReplayer struct {
 	lo, hi uint64
 	gen    byte
+	topic  []byte
 	fail   bool // the next replay fails, delivering nothing
 	repeat bool // the next replay sends its first batch twice
 }
 
 func (s *scriptReplayer) set(lo, hi uint64) { s.lo, s.hi = lo, hi }
 
-func (s *scriptReplayer) replay(_ context.Context, start uint64, fn func(uint64, []byte) error) error {
+func (s *scriptReplayer) replay(_ context.Context, start uint64, fn replyFunc) error {
 	fail, repeat := s.fail, s.repeat
 	s.fail, s.repeat = false, false
 	if fail {
 		return errors.New("scripted replay failure")
 	}
 	for seq := max(start, s.lo); seq <= s.hi; seq++ {
-		if err := fn(seq, genPayload(seq, s.gen)); err != nil {
+		if err := fn(seq, s.topic, genPayload(seq, s.gen)); err != nil {
 			return err
 		}
 		if repeat {
 			repeat = false
-			if err := fn(seq, genPayload(seq, s.gen)); err != nil {
+			if err := fn(seq, s.topic, genPayload(seq, s.gen)); err != nil {
 				return err
 			}
 		}

@@ -12,11 +12,14 @@ import (
 )
 
 // replayer asks the engine for its buffered batches from start on, calling
-// fn for each, up to the end marker. An error from fn ends the replay and is
-// returned (wrapped).
+// fn for each (with the reply's topic, nil when the reply has none), up to
+// the end marker. An error from fn ends the replay and is returned (wrapped).
 type replayer interface {
-	replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error
+	replay(ctx context.Context, start uint64, fn replyFunc) error
 }
+
+// replyFunc receives one replayed batch.
+type replyFunc func(seq uint64, topic, payload []byte) error
 
 // errReplayOrder marks a replay whose seqs do not strictly increase: a peer
 // repeating or reordering batches (possibly forever) is cut off.
@@ -40,7 +43,7 @@ type replayClient struct {
 // ["", seq, payload] and ["", topic, seq, payload]. It returns when the end
 // marker arrives, fn fails, a reply is malformed, a reply does not arrive in
 // time, or ctx ends.
-func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error {
+func (rc *replayClient) replay(ctx context.Context, start uint64, fn replyFunc) error {
 	nc, err := rc.dialer.DialContext(ctx, rc.ep.network(), rc.ep.Address)
 	if err != nil {
 		return fmt.Errorf("replay dial %s: %w", rc.ep, err)
@@ -72,12 +75,12 @@ func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq ui
 			continue
 		}
 		f := msg.Frames
-		var seqFrame, payload []byte
+		var topic, seqFrame, payload []byte
 		switch {
 		case len(f) == 3 && len(f[0]) == 0:
 			seqFrame, payload = f[1], f[2]
 		case len(f) == 4 && len(f[0]) == 0:
-			seqFrame, payload = f[2], f[3]
+			topic, seqFrame, payload = f[1], f[2], f[3]
 		default:
 			return fmt.Errorf("replay %s: %w: %d frames", rc.ep, errReplayMalformed, len(f))
 		}
@@ -88,7 +91,7 @@ func (rc *replayClient) replay(ctx context.Context, start uint64, fn func(seq ui
 		if seq == endSeq {
 			return nil
 		}
-		if err := fn(seq, payload); err != nil {
+		if err := fn(seq, topic, payload); err != nil {
 			return fmt.Errorf("replay %s: %w", rc.ep, err)
 		}
 	}

@@ -135,7 +135,7 @@ type errRecorder struct {
 	errs *[]string
 }
 
-func (e *errRecorder) replay(ctx context.Context, start uint64, fn func(uint64, []byte) error) error {
+func (e *errRecorder) replay(ctx context.Context, start uint64, fn replyFunc) error {
 	err := e.replayer.replay(ctx, start, fn)
 	if err != nil {
 		*e.errs = append(*e.errs, err.Error())
@@ -173,13 +173,13 @@ type cancelReplayer struct {
 	cancelNext bool
 }
 
-func (c *cancelReplayer) replay(ctx context.Context, start uint64, fn func(uint64, []byte) error) error {
+func (c *cancelReplayer) replay(ctx context.Context, start uint64, fn replyFunc) error {
 	if c.cancelNext {
 		c.cancel()
 		return ctx.Err()
 	}
 	for seq := start; seq <= c.hi; seq++ {
-		if err := fn(seq, seqPayload(seq)); err != nil {
+		if err := fn(seq, nil, seqPayload(seq)); err != nil {
 			return err
 		}
 	}

@@ -17,9 +17,21 @@ import (
 // or abandonment is stepped in; meanwhile only its replies are expected. A
 // live batch that started a replay waits in the state machine and is handled
 // further once the replay is over.
+//
+// A rank restored from a snapshot steps a restore before anything else: it
+// holds the snapshot's blocks as of the restored seq, and the first
+// connection's catch-up from that seq (or, without a replay endpoint, the
+// first live batch) decides the restore's outcome.
 type seqState struct {
 	// canReplay: the engine has a replay endpoint.
 	canReplay bool
+	// started: an input was stepped (a restore is the first input or none).
+	started bool
+	// restoring: a restore's outcome is not decided yet. The rank holds the
+	// snapshot's blocks as of restoredSeq, and what a catch-up abandoned
+	// part-way applied after it, up to held.last.
+	restoring   bool
+	restoredSeq uint64
 
 	held seqHeld
 	conn seqConn
@@ -75,10 +87,13 @@ const (
 	replayRebuild
 	// replayGap: the batches a live gap skipped.
 	replayGap
+	// replayRestore: a restored rank's first connection asks for the
+	// buffer from the restored seq on, to check that the engine continues it.
+	replayRestore
 	numReplayPurposes
 )
 
-var replayPurposeNames = [numReplayPurposes]string{"none", "catch-up", "rebuild", "gap"}
+var replayPurposeNames = [numReplayPurposes]string{"none", "catch-up", "rebuild", "gap", "restore"}
 
 // replayRun is the progress of one replay.
 type replayRun struct {
@@ -88,7 +103,11 @@ type replayRun struct {
 	maxSeen uint64
 	// other: the buffer's batch at the last applied seq is not the one
 	// applied (another engine incarnation); nothing after it is applied.
-	other bool
+	// otherWhy: what showed it, in a restore catch-up.
+	other    bool
+	otherWhy string
+	// verified: a restore catch-up's first reply was the restored batch.
+	verified bool
 	// heldBefore and lastBefore are what the rank held when it asked.
 	heldBefore bool
 	lastBefore uint64
@@ -114,10 +133,9 @@ type pendingLive struct {
 	next     liveStage
 }
 
-// seqInputKind is what happened. Another input (a restore from a snapshot,
-// say) is another kind; a replay it asks for gets its own replayPurpose,
-// whose end decides the outcome, and its outcomes their own counters and
-// notes.
+// seqInputKind is what happened. Another input is another kind; a replay it
+// asks for gets its own replayPurpose, whose end decides what it means (as
+// the restore's does).
 type seqInputKind uint8
 
 const (
@@ -127,17 +145,24 @@ const (
 	inReplayEnd                           // the replay reached the engine's end marker
 	inReplayFailed                        // the replay failed (error, timeout, or cut off)
 	inReplayAbandoned                     // the rank stopped during the replay
+	inRestore                             // the rank starts from a snapshot's position
 	numSeqInputs
 )
 
-var seqInputNames = [numSeqInputs]string{"connect", "live", "replay-reply", "replay-end", "replay-failed", "replay-abandoned"}
+var seqInputNames = [numSeqInputs]string{"connect", "live", "replay-reply", "replay-end", "replay-failed",
+	"replay-abandoned", "restore"}
+
+// replayOutcome reports whether k ends the replay in progress.
+func replayOutcome(k seqInputKind) bool { return k >= inReplayEnd && k <= inReplayAbandoned }
 
 // seqInput is one input. A batch is known by its seq and its payload's XXH64.
+// A restore gives the last seq applied before the snapshot, its digest and
+// the epoch then.
 type seqInput struct {
 	kind  seqInputKind
-	seq   uint64 // inLive, inReplayReply
-	sum   uint64 // inLive, inReplayReply
-	epoch []byte // inLive: the topic's sgl-kv-epoch value (nil: the topic has none)
+	seq   uint64 // inLive, inReplayReply, inRestore
+	sum   uint64 // inLive, inReplayReply, inRestore
+	epoch []byte // the topic's sgl-kv-epoch value (nil: the topic has none or is not known)
 }
 
 // seqActionKind is what the shell must do.
@@ -150,10 +175,12 @@ const (
 	actCutReplay                      // end the replay: reply seq does not follow arg
 	actCount                          // add one to counter
 	actLog                            // log note, with reason, seq and arg
+	actOutcome                        // the restore's outcome is decided: status, counter and its log line
 	numSeqActions
 )
 
-var seqActionNames = [numSeqActions]string{"apply", "clear", "request-replay", "cut-replay", "count", "log"}
+var seqActionNames = [numSeqActions]string{"apply", "clear", "request-replay", "cut-replay", "count", "log",
+	"restore-outcome"}
 
 // seqCounter is a counter an action adds to.
 type seqCounter uint8
@@ -193,14 +220,42 @@ var seqNotes = [numSeqNotes]struct {
 	noteReplayFailed:    {"replay-failed", "kv events: replay failed", true, "", ""},
 }
 
+// restoreOutcome is what became of a restored rank (RankStatus.Restore).
+type restoreOutcome uint8
+
+const (
+	outcomeRestored restoreOutcome = iota // the engine continued the restored seq: nothing lost
+	outcomeRebuilt                        // its buffer no longer reaches the restored seq + 1: cleared, rebuilt from the buffer
+	outcomeReset                          // it restarted meanwhile: cleared, following the new incarnation
+	outcomeKept                           // no replay; the first live seq follows the restored one
+	outcomeCleared                        // no replay (or it failed); the first live batch does not follow: cleared
+	numRestoreOutcomes
+)
+
+// restoreOutcomes are the outcomes' names, log messages and levels, and the
+// name of the seq their log line gives besides the restored one.
+var restoreOutcomes = [numRestoreOutcomes]struct {
+	name, msg string
+	warn      bool
+	argKey    string
+}{
+	outcomeRestored: {"restored", "kv events: restored from snapshot, nothing lost", false, "caught_up_to"},
+	outcomeRebuilt:  {"rebuilt", "kv events: restore: history lost, clearing worker rank and rebuilding from the replay buffer", true, "buffer_from"},
+	outcomeReset:    {"reset", "kv events: restore: engine restarted, clearing worker rank", true, "seq"},
+	outcomeKept:     {"kept", "kv events: restored from snapshot, kept", false, "live_seq"},
+	outcomeCleared:  {"cleared", "kv events: restore: clearing worker rank", true, "live_seq"},
+}
+
 // seqAction is one thing to do.
 type seqAction struct {
 	kind    seqActionKind
-	counter seqCounter // actCount
-	note    seqNote    // actLog
-	reason  string     // actLog: why, for noteHistoryLost and noteRestarted
-	seq     uint64     // actApply, actReplay (from), actCutReplay (the reply), actLog
-	arg     uint64     // actCutReplay (the seq before), actLog
+	counter seqCounter     // actCount
+	note    seqNote        // actLog
+	outcome restoreOutcome // actOutcome
+	reason  string         // actLog: why, for noteHistoryLost and noteRestarted; actOutcome: why
+	seq     uint64         // actApply, actReplay (from), actCutReplay (the reply), actLog, actOutcome (the restored seq)
+	arg     uint64         // actCutReplay (the seq before), actLog, actOutcome (if hasArg)
+	hasArg  bool           // actOutcome: arg is set
 }
 
 func (a seqAction) String() string {
@@ -223,6 +278,13 @@ func (a seqAction) String() string {
 			s += fmt.Sprintf(" reason=%q", a.reason)
 		}
 		return s
+	case actOutcome:
+		o := &restoreOutcomes[a.outcome]
+		s := fmt.Sprintf("restore-outcome %s last_seq=%d", o.name, a.seq)
+		if a.hasArg {
+			s += fmt.Sprintf(" %s=%d", o.argKey, a.arg)
+		}
+		return s + fmt.Sprintf(" reason=%q", a.reason)
 	}
 	return seqActionNames[a.kind]
 }
@@ -231,40 +293,57 @@ func (a seqAction) String() string {
 type seqRule uint8
 
 const (
-	ruleUnexpected       seqRule = iota // an input the phase does not expect: ignored
-	ruleConnectNoReplay                 // a connection without a replay endpoint: nothing to ask
-	ruleConnectCatchUp                  // a connection asks for the engine's whole buffer
-	ruleEpochNoted                      // a first epoch, or a new one while nothing is held
-	ruleEpochRestart                    // a new epoch while the rank holds batches: restart
-	ruleLiveCovered                     // a live copy of a batch this connection's replay applied
-	ruleLiveBackwards                   // a live seq at or below the last applied: restart
-	ruleRestartNoReplay                 // a restart without a replay endpoint: go on live
-	ruleRestartRebuild                  // a restart asks for the new incarnation's buffer
-	ruleGapAfterLast                    // a live seq past last+1
-	ruleGapFromZero                     // a first live seq above 0 after an empty buffer
-	ruleGapNoReplay                     // a gap with no replay endpoint: history lost
-	ruleGapReplay                       // a gap is replayed
-	ruleLiveApply                       // a live batch is applied
-	ruleLiveReplayed                    // the gap replay already applied the live batch
-	ruleLiveShort                       // the gap replay ended short of the live batch: history lost
-	ruleReplyCut                        // a reply whose seq does not increase: the replay is cut off
-	ruleReplyAfterOther                 // a reply after another incarnation's batch: skipped
-	ruleReplyOther                      // the reply at the last applied seq is another batch
-	ruleReplyStartsAbove                // a first reply above what was asked, nothing held: history lost
-	ruleReplyHeld                       // a reply the rank holds: skipped
-	ruleReplyJump                       // a reply past last+1: history lost
-	ruleReplyApply                      // a reply is applied
-	ruleCatchUpOther                    // the catch-up found another incarnation: restart, rebuild
-	ruleCatchUpShort                    // the catch-up's buffer ends below the last applied: restart, rebuild
-	ruleCatchUpDone                     // the catch-up ended
-	ruleCatchUpFailed                   // the catch-up failed
-	ruleRebuildDone                     // the rebuild ended
-	ruleRebuildFailed                   // the rebuild failed
-	ruleGapDone                         // the gap replay ended
-	ruleGapFailed                       // the gap replay failed after reaching the live batch
-	ruleGapFailedHole                   // the gap replay failed short of the live batch: cleared
-	ruleCoveredPartly                   // a failed replay covers what it delivered
-	ruleAbandoned                       // the rank stopped during the replay: nothing more
+	ruleUnexpected           seqRule = iota // an input the phase does not expect: ignored
+	ruleConnectNoReplay                     // a connection without a replay endpoint: nothing to ask
+	ruleConnectCatchUp                      // a connection asks for the engine's whole buffer
+	ruleEpochNoted                          // a first epoch, or a new one while nothing is held
+	ruleEpochRestart                        // a new epoch while the rank holds batches: restart
+	ruleLiveCovered                         // a live copy of a batch this connection's replay applied
+	ruleLiveBackwards                       // a live seq at or below the last applied: restart
+	ruleRestartNoReplay                     // a restart without a replay endpoint: go on live
+	ruleRestartRebuild                      // a restart asks for the new incarnation's buffer
+	ruleGapAfterLast                        // a live seq past last+1
+	ruleGapFromZero                         // a first live seq above 0 after an empty buffer
+	ruleGapNoReplay                         // a gap with no replay endpoint: history lost
+	ruleGapReplay                           // a gap is replayed
+	ruleLiveApply                           // a live batch is applied
+	ruleLiveReplayed                        // the gap replay already applied the live batch
+	ruleLiveShort                           // the gap replay ended short of the live batch: history lost
+	ruleReplyCut                            // a reply whose seq does not increase: the replay is cut off
+	ruleReplyAfterOther                     // a reply after another incarnation's batch: skipped
+	ruleReplyOther                          // the reply at the last applied seq is another batch
+	ruleReplyStartsAbove                    // a first reply above what was asked, nothing held: history lost
+	ruleReplyHeld                           // a reply the rank holds: skipped
+	ruleReplyJump                           // a reply past last+1: history lost
+	ruleReplyApply                          // a reply is applied
+	ruleCatchUpOther                        // the catch-up found another incarnation: restart, rebuild
+	ruleCatchUpShort                        // the catch-up's buffer ends below the last applied: restart, rebuild
+	ruleCatchUpDone                         // the catch-up ended
+	ruleCatchUpFailed                       // the catch-up failed
+	ruleRebuildDone                         // the rebuild ended
+	ruleRebuildFailed                       // the rebuild failed
+	ruleGapDone                             // the gap replay ended
+	ruleGapFailed                           // the gap replay failed after reaching the live batch
+	ruleGapFailedHole                       // the gap replay failed short of the live batch: cleared
+	ruleCoveredPartly                       // a failed replay covers what it delivered
+	ruleAbandoned                           // the rank stopped during the replay: nothing more
+	ruleRestore                             // a restore: the rank holds a snapshot's blocks as of the restored seq
+	ruleRestoreCatchUp                      // a restored rank's connection asks for the buffer from the restored seq
+	ruleRestoreVerified                     // the catch-up's first reply is the restored batch (same digest)
+	ruleRestoreContinues                    // the catch-up's first reply is the restored seq + 1
+	ruleRestoreOther                        // the reply at (or below) the restored seq is another batch
+	ruleRestoreEpoch                        // the catch-up's first reply has another topic epoch
+	ruleRestoreStartsAbove                  // the catch-up's first reply is above the restored seq + 1: rebuilt
+	ruleRestoreDone                         // the catch-up continued the restored seq: restored
+	ruleRestoreDonePartly                   // ... and then failed: restored as far as it went
+	ruleRestoreReset                        // the catch-up showed another incarnation: reset
+	ruleRestoreShort                        // the catch-up's buffer ends before the restored seq: reset
+	ruleRestoreRebuiltDone                  // the catch-up that rebuilt the rank ended
+	ruleRestoreRebuiltFailed                // the catch-up that rebuilt the rank failed
+	ruleRestoreFailed                       // the catch-up failed before any reply: the first live batch decides
+	ruleRestoreKept                         // without a catch-up, the first live seq follows the restored one: kept
+	ruleRestoreLiveCleared                  // without a catch-up, the first live seq does not follow: cleared
+	ruleRestoreLiveEpoch                    // without a catch-up, the first live batch has another epoch: cleared
 	numSeqRules
 )
 
@@ -280,17 +359,20 @@ func (s *seqState) step(in seqInput, out []seqAction) []seqAction {
 	s.out = out
 	replaying := s.rp.purpose != replayNone
 	switch {
+	case in.kind == inRestore && !s.started:
+		s.restoreFrom(in)
 	case in.kind == inConnect && !replaying:
 		s.connect()
 	case in.kind == inLive && !replaying:
 		s.live(in)
 	case in.kind == inReplayReply && replaying:
 		s.reply(in)
-	case in.kind >= inReplayEnd && replaying:
+	case replayOutcome(in.kind) && replaying:
 		s.replayDone(in.kind)
 	default:
 		s.took(ruleUnexpected)
 	}
+	s.started = true
 	out, s.out = s.out, nil
 	return out
 }
@@ -298,19 +380,30 @@ func (s *seqState) step(in seqInput, out []seqAction) []seqAction {
 // connect starts a new connection's bookkeeping and, when the engine has a
 // replay endpoint, catches up from seq 0 so the rank sees the engine's current
 // cache (and, at the end, whether this is still the engine it followed).
+//
+// A restored rank whose outcome is not decided asks from the restored seq
+// instead: the reply at that seq shows whether the engine is the one the
+// snapshot followed, and what follows it is all the rank lacks.
 func (s *seqState) connect() {
 	s.conn = seqConn{}
-	if !s.canReplay {
+	switch {
+	case !s.canReplay:
 		s.took(ruleConnectNoReplay)
-		return
+	case s.restoring:
+		s.took(ruleRestoreCatchUp)
+		s.requestReplay(replayRestore, s.held.last)
+	default:
+		s.took(ruleConnectCatchUp)
+		s.requestReplay(replayCatchUp, 0)
 	}
-	s.took(ruleConnectCatchUp)
-	s.requestReplay(replayCatchUp, 0)
 }
 
 // live handles a batch from the live stream. A change of SGLang's topic epoch
 // is a restart even when the new incarnation's seq has passed the old one's.
 func (s *seqState) live(in seqInput) {
+	if s.restoring {
+		s.restoreLive(in)
+	}
 	b := pendingLive{ok: true, seq: in.seq, sum: in.sum, next: stageBackwards}
 	if s.noteEpoch(in.epoch) && s.held.ok {
 		s.took(ruleEpochRestart)
@@ -425,6 +518,9 @@ func (s *seqState) reply(in seqInput) {
 	}
 	first := !rp.seen
 	rp.seen, rp.maxSeen = true, in.seq
+	if first && rp.purpose == replayRestore && s.restoreReply(in) {
+		return
+	}
 	switch {
 	case rp.other:
 		s.took(ruleReplyAfterOther)
@@ -471,6 +567,8 @@ func (s *seqState) replayDone(kind seqInputKind) {
 		s.caughtUp(&rp, ok)
 	case replayGap:
 		s.gapDone(&rp, b.seq, ok)
+	case replayRestore:
+		s.restoreDone(&rp, ok)
 	}
 	if b.ok {
 		s.liveRules(b)
@@ -608,6 +706,9 @@ func (s *seqState) String() string {
 	var b strings.Builder
 	if s.held.ok {
 		fmt.Fprintf(&b, "last=%d sum=%d", s.held.last, s.held.sum)
+		if s.restoring {
+			b.WriteString(" restoring")
+		}
 	} else {
 		b.WriteString("empty")
 		if s.held.fromZero {

@@ -17,6 +17,9 @@ import (
 // (regenerate the expectations with -rewrite). Commands:
 //
 //	init [no-replay]             a fresh rank (an engine with, or without, a replay endpoint)
+//	restore last=N [sum=S] [epoch=E]
+//	                             the rank starts from a snapshot: it holds the engine's
+//	                             blocks as of batch N (digest S) of topic epoch E
 //	connect                      a new connection is up
 //	live seq=<seqs> [sum=N] [epoch=E]
 //	                             live batches; sum is the payload's digest (another
@@ -29,14 +32,15 @@ import (
 //	                             a timeout, or cut off), or the rank stopped under it
 //	state                        the state machine's state
 //	counters                     what the rank's status would count from the actions
+//	                             (and restore=<outcome> once a restore's is decided)
 //
 // <seqs> is a seq, a range a-b, or a list of both in parentheses. An input's
 // output is its actions, one a line ("ok": none).
 //
 // When every script ran, the "coverage" subtest checks that together they
 // follow every rule of the state machine, produce every kind of action,
-// counter and log line, and step every input the state machine expects in
-// every phase.
+// counter, log line and restore outcome, and step every input the state
+// machine expects in every phase.
 func TestSeqScripts(t *testing.T) {
 	var cov seqCoverage
 	scripts, err := filepath.Glob("testdata/seq/*.txt")
@@ -66,8 +70,10 @@ type seqHarness struct {
 	s   *seqState
 	cov *seqCoverage
 	// counts are the status counters the rank's shell keeps from the actions
-	// (count, request-replay, apply and engine-restarts for the last seq).
+	// (count, request-replay, apply and engine-restarts for the last seq),
+	// and the restore's outcome (restore-outcome).
 	gaps, replays, failures, restarts, lastSeq uint64
+	restore                                    string
 }
 
 func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
@@ -77,16 +83,22 @@ func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "init":
 		h.s = &seqState{canReplay: !d.HasArg("no-replay")}
-		h.gaps, h.replays, h.failures, h.restarts, h.lastSeq = 0, 0, 0, 0, 0
+		h.gaps, h.replays, h.failures, h.restarts, h.lastSeq, h.restore = 0, 0, 0, 0, 0, ""
 		return "ok"
 	case "state":
 		return h.s.String()
 	case "counters":
-		return fmt.Sprintf("gaps=%d replays=%d replay-failures=%d engine-restarts=%d last-seq=%d",
+		c := fmt.Sprintf("gaps=%d replays=%d replay-failures=%d engine-restarts=%d last-seq=%d",
 			h.gaps, h.replays, h.failures, h.restarts, h.lastSeq)
+		if h.restore != "" {
+			c += " restore=" + h.restore
+		}
+		return c
 	}
 	var ins []seqInput
 	switch d.Cmd {
+	case "restore":
+		ins = []seqInput{h.restoreInput(t, d)}
 	case "connect":
 		ins = []seqInput{{kind: inConnect}}
 	case "live", "replay-reply":
@@ -110,6 +122,23 @@ func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
 		return "ok"
 	}
 	return strings.Join(out, "\n")
+}
+
+// restoreInput parses a restore command; the shell shows the restored seq
+// as the last applied one.
+func (h *seqHarness) restoreInput(t *testing.T, d *datadriven.TestData) seqInput {
+	in := seqInput{kind: inRestore}
+	d.ScanArgs(t, "last", &in.seq)
+	if d.HasArg("sum") {
+		d.ScanArgs(t, "sum", &in.sum)
+	}
+	if d.HasArg("epoch") {
+		var e string
+		d.ScanArgs(t, "epoch", &e)
+		in.epoch = []byte(e)
+	}
+	h.lastSeq = in.seq
+	return in
 }
 
 // batches parses a live or replay-reply command into its inputs.
@@ -175,20 +204,28 @@ func (h *seqHarness) step(in seqInput) []seqAction {
 			}
 		case actLog:
 			h.cov.notes[a.note] = true
+		case actOutcome:
+			h.cov.outcomes[a.outcome] = true
+			h.restore = restoreOutcomes[a.outcome].name
+			if a.outcome == outcomeReset {
+				h.lastSeq = 0
+			}
 		}
 	}
 	return acts
 }
 
 // seqPhase is what the state machine is doing, for coverage: waiting for
-// live batches (holding nothing, nothing after an empty buffer, or batches)
-// or replaying for one of its purposes.
+// live batches (holding nothing, nothing after an empty buffer, batches, or
+// a snapshot's batches whose restore is not decided) or replaying for one of
+// its purposes.
 type seqPhase uint8
 
 const (
 	phaseEmpty seqPhase = iota
 	phaseFromZero
 	phaseHolding
+	phaseRestoring
 	phaseReplaying // + replayPurpose - 1
 	numSeqPhases   = phaseReplaying + seqPhase(numReplayPurposes) - 1
 )
@@ -197,6 +234,8 @@ func seqPhaseOf(s *seqState) seqPhase {
 	switch {
 	case s.rp.purpose != replayNone:
 		return phaseReplaying + seqPhase(s.rp.purpose) - 1
+	case s.restoring:
+		return phaseRestoring
 	case s.held.ok:
 		return phaseHolding
 	case s.held.fromZero:
@@ -209,7 +248,17 @@ func (p seqPhase) String() string {
 	if p >= phaseReplaying {
 		return "replaying " + replayPurposeNames[p-phaseReplaying+1]
 	}
-	return [...]string{"empty", "from-zero", "holding"}[p]
+	return [...]string{"empty", "from-zero", "holding", "restoring"}[p]
+}
+
+// expected reports whether the state machine expects input in in phase p:
+// a restore first (so in the empty phase), connect and live batches while
+// waiting for them, a replay's replies and outcomes while replaying.
+func expected(p seqPhase, in seqInputKind) bool {
+	if in == inRestore {
+		return p == phaseEmpty
+	}
+	return (p >= phaseReplaying) == (in >= inReplayReply)
 }
 
 // seqCoverage is what the scripts exercised.
@@ -218,12 +267,12 @@ type seqCoverage struct {
 	actions  [numSeqActions]bool
 	counters [numSeqCounters]bool
 	notes    [numSeqNotes]bool
+	outcomes [numRestoreOutcomes]bool
 	pairs    [numSeqPhases][numSeqInputs]bool // (phase, input) stepped
 }
 
-// missing lists what was never exercised. Every phase expects some inputs:
-// connect and live batches while waiting for them, a replay's replies and
-// outcomes while replaying; the others are one rule (ruleUnexpected).
+// missing lists what was never exercised. Every phase expects some inputs
+// (see expected); the others are one rule (ruleUnexpected).
 func (c *seqCoverage) missing(ruleNames []string) []string {
 	var m []string
 	for r := seqRule(0); r < numSeqRules; r++ {
@@ -246,10 +295,14 @@ func (c *seqCoverage) missing(ruleNames []string) []string {
 			m = append(m, "log "+seqNotes[k].name)
 		}
 	}
+	for k, ok := range c.outcomes {
+		if !ok {
+			m = append(m, "restore outcome "+restoreOutcomes[k].name)
+		}
+	}
 	for p := seqPhase(0); p < numSeqPhases; p++ {
 		for in := seqInputKind(0); in < numSeqInputs; in++ {
-			expected := (p >= phaseReplaying) == (in >= inReplayReply)
-			if expected && !c.pairs[p][in] {
+			if expected(p, in) && !c.pairs[p][in] {
 				m = append(m, fmt.Sprintf("input %s while %s", seqInputNames[in], p))
 			}
 		}

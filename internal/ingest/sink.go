@@ -20,6 +20,11 @@ type sink interface {
 	reset()
 	// cached reports the number of blocks the rank holds in the index.
 	cached() uint64
+	// otherRanks returns the dp ranks besides its own that batches named
+	// (the index ranks it also writes to, which reset clears too).
+	otherRanks() []uint32
+	// adopt makes dp ranks the sink's others (those of a restored worker).
+	adopt(others []uint32)
 }
 
 // indexSink decodes a rank's batches with its own normalizer and applies the
@@ -105,6 +110,16 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		}
 	}
 	return nil
+}
+
+func (s *indexSink) otherRanks() []uint32 { return append([]uint32(nil), s.others...) }
+
+func (s *indexSink) adopt(others []uint32) {
+	for _, dp := range others {
+		if dp != s.w.DPRank && dp < kv.MaxDPSize {
+			s.noteOther(dp)
+		}
+	}
 }
 
 func (s *indexSink) noteOther(dp uint32) {
