@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -100,7 +101,7 @@ type Stats struct {
 // concurrent use.
 type Engine struct {
 	cfg Config
-	pub *Publisher
+	pub atomic.Pointer[Publisher] // replaced by Restart
 
 	mu        sync.Mutex
 	cache     *Cache
@@ -123,30 +124,64 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = "tcp://127.0.0.1:0"
 	}
-	pub, err := NewPublisher(PublisherConfig{
-		Endpoint:       cfg.Endpoint,
-		ReplayEndpoint: cfg.ReplayEndpoint,
-		Topic:          cfg.Topic,
-		ReplayBuffer:   cfg.ReplayBuffer,
-		Logger:         cfg.Logger,
-	})
+	pub, err := NewPublisher(publisherConfig(cfg, cfg.Endpoint, cfg.ReplayEndpoint))
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", cfg.ID, err)
 	}
-	return &Engine{cfg: cfg, pub: pub, cache: NewCache(cfg.CapacityBlocks)}, nil
+	e := &Engine{cfg: cfg, cache: NewCache(cfg.CapacityBlocks)}
+	e.pub.Store(pub)
+	return e, nil
+}
+
+// publisherConfig is an engine's publisher configuration on endpoints ep and rep.
+func publisherConfig(cfg Config, ep, rep string) PublisherConfig {
+	return PublisherConfig{Endpoint: ep, ReplayEndpoint: rep, Topic: cfg.Topic, ReplayBuffer: cfg.ReplayBuffer, Logger: cfg.Logger}
+}
+
+// Restart simulates the engine's process restarting: its sockets close and
+// bind again on the same addresses, the new publisher's seq starts from 0
+// with an empty replay buffer, and the cache is empty (a new process does not
+// announce what the old one held, so nothing is published). Call it only
+// between requests: no Serve may be waiting for its Publish.
+func (e *Engine) Restart() error {
+	old := e.pub.Load()
+	ep, rep := old.Endpoint(), old.ReplayEndpoint()
+	if err := old.Close(); err != nil {
+		return fmt.Errorf("engine %s: restart: %w", e.cfg.ID, err)
+	}
+	var (
+		pub *Publisher
+		err error
+	)
+	// The old sockets' ports may take a moment to be free again.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if pub, err = NewPublisher(publisherConfig(e.cfg, ep, rep)); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("engine %s: restart: %w", e.cfg.ID, err)
+	}
+	e.pub.Store(pub)
+	e.mu.Lock()
+	e.cache.Reset()
+	e.busyUntil = 0
+	e.mu.Unlock()
+	return nil
 }
 
 // ID is the engine's configured name.
 func (e *Engine) ID() string { return e.cfg.ID }
 
 // Endpoint is the PUB address subscribers connect to.
-func (e *Engine) Endpoint() string { return e.pub.Endpoint() }
+func (e *Engine) Endpoint() string { return e.pub.Load().Endpoint() }
 
 // ReplayEndpoint is the ROUTER replay address, or "".
-func (e *Engine) ReplayEndpoint() string { return e.pub.ReplayEndpoint() }
+func (e *Engine) ReplayEndpoint() string { return e.pub.Load().ReplayEndpoint() }
 
-// Publisher is the engine's ZMQ publisher.
-func (e *Engine) Publisher() *Publisher { return e.pub }
+// Publisher is the engine's ZMQ publisher (a new one after Restart).
+func (e *Engine) Publisher() *Publisher { return e.pub.Load() }
 
 // BlockHashes returns the engine's chained block hashes of the full blocks of
 // tokens: hash i covers blocks 0..i, so equal prefixes hash equally.
@@ -238,7 +273,7 @@ func (e *Engine) Publish(events []Event) error {
 	if err != nil {
 		return fmt.Errorf("engine %s: %w", e.cfg.ID, err)
 	}
-	if _, err := e.pub.Publish(payload); err != nil {
+	if _, err := e.pub.Load().Publish(payload); err != nil {
 		return fmt.Errorf("engine %s: %w", e.cfg.ID, err)
 	}
 	e.mu.Lock()
@@ -270,16 +305,17 @@ func (e *Engine) Stats() Stats {
 	s := e.stats
 	s.CachedNow = e.cache.Len()
 	e.mu.Unlock()
-	s.ReplayRequests, s.ReplayMalformed = e.pub.ReplayStats()
+	s.ReplayRequests, s.ReplayMalformed = e.pub.Load().ReplayStats()
 	return s
 }
 
 // Close closes the engine's sockets.
 func (e *Engine) Close() error {
-	if e.pub == nil {
+	pub := e.pub.Load()
+	if pub == nil {
 		return errors.New("engine: not started")
 	}
-	return e.pub.Close()
+	return pub.Close()
 }
 
 // Overlap is how many leading hashes of h the engine's cache holds, without

@@ -440,3 +440,46 @@ func TestReplay(t *testing.T) {
 }
 
 func fmtStruct(v any) string { return fmt.Sprint(v) }
+
+func TestRestart(t *testing.T) {
+	e := newTestEngine(t, Config{ID: "e", BlockSize: 4, CapacityBlocks: 8, Topic: "t", ReplayEndpoint: "tcp://127.0.0.1:0"})
+	for i := 0; i < 3; i++ {
+		if _, err := e.ServeAndPublish(Request{Tokens: seqTokens(100*i, 8)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ep, rep := e.Endpoint(), e.ReplayEndpoint()
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if e.Endpoint() != ep || e.ReplayEndpoint() != rep || e.Publisher().Seq() != 0 || e.Stats().CachedNow != 0 {
+		t.Fatalf("after restart: %s %s seq %d cached %d", e.Endpoint(), e.ReplayEndpoint(), e.Publisher().Seq(), e.Stats().CachedNow)
+	}
+	// A subscriber of the same address gets the new process's stream from seq 0,
+	// and a prompt cached before the restart is stored again.
+	sub := subscriber(t, e)
+	res, err := e.ServeAndPublish(Request{Tokens: seqTokens(0, 8)})
+	if err != nil || res.CachedBlocks != 0 || res.StoredBlocks != 2 {
+		t.Fatalf("serve after restart: %+v %v", res, err)
+	}
+	if m := recvWithin(t, sub); binary.BigEndian.Uint64(m.Frames[1]) != 0 {
+		t.Fatalf("first seq after restart %x", m.Frames[1])
+	}
+	// Replay serves only the new stream.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dealer := zmq4.NewDealer(ctx)
+	defer dealer.Close()
+	if err := dealer.Dial(rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := dealer.SendMulti(zmq4.NewMsgFrom(nil, make([]byte, 8))); err != nil {
+		t.Fatal(err)
+	}
+	if m := recvWithin(t, dealer); binary.BigEndian.Uint64(m.Frames[2]) != 0 {
+		t.Fatalf("replayed seq %x", m.Frames[2])
+	}
+	if m := recvWithin(t, dealer); string(m.Frames[2]) != string(endSeq) {
+		t.Fatalf("want the end marker after one batch, got seq %x", m.Frames[2])
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type restartConfig struct {
 	stateDir    string // "" : a fresh temporary directory
 	noState     bool   // no --state-dir / --snapshot-interval (routers without persistence)
 	reregister  bool   // register the fleet again after the restart
+	restartEng  bool   // engine-01 restarts halfway through the downtime
 	keep        bool
 	workRoot    string // parent of the work directory ("": the system's temp dir)
 	model       string
@@ -95,6 +97,7 @@ func parseRestart(args []string) (restartConfig, error) {
 	fs.StringVar(&c.stateDir, "state-dir", "", "router --state-dir (empty: a fresh temporary directory)")
 	fs.BoolVar(&c.noState, "no-state", false, "start the router without --state-dir and --snapshot-interval (to see what a restart loses without them)")
 	fs.BoolVar(&c.reregister, "reregister", false, "register the fleet again after the restart, as an operator must without a durable registry (a baseline: the engines replay whatever their buffers hold)")
+	fs.BoolVar(&c.restartEng, "restart-engine", false, "engine-01 restarts halfway through the downtime (new process: seq from 0, empty cache, same addresses); its rank must come back \"reset\" and exact")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (state dir, router logs) even when the run passes")
 	fs.StringVar(&c.model, "model", "bench-model", "model name the engines serve")
 	fs.StringVar(&format, "format", "vllm-map", "event wire format: vllm-map, vllm-array or sglang")
@@ -133,6 +136,8 @@ func parseRestart(args []string) (restartConfig, error) {
 		return c, fmt.Errorf("kill window %v..%v: want 0 < kill-min <= kill-max", c.killMin, c.killMax)
 	case c.downtime < 0 || c.after < 0 || c.snapshot <= 0 || c.timeout <= 0:
 		return c, errors.New("--downtime and --after must not be negative, --snapshot-interval and --exact-timeout positive")
+	case c.restartEng && c.engines < 2:
+		return c, errors.New("--restart-engine restarts engine-01: want at least 2 engines")
 	case c.policy != "route" && c.policy != "random":
 		return c, fmt.Errorf("--policy %q: want route or random", c.policy)
 	}
@@ -179,10 +184,12 @@ type restartResult struct {
 // rankExpect is what one rank's restore must be, from its engine's seqs: the
 // router must replay at least every batch published while it was down (Down)
 // and at most those since two snapshot intervals before the kill (Window), or
-// at worst the engine's whole history (Total).
+// at worst the engine's whole history (Total). A Reset engine restarted
+// while the router was down (its counts are then of the new process).
 type rankExpect struct {
 	Buffer              int
 	Down, Window, Total uint64
+	Reset               bool
 }
 
 // mustRestore: the buffer covers every batch the router can be missing.
@@ -193,14 +200,32 @@ func (x rankExpect) mustRestore() bool {
 // mustRebuild: the buffer lost batches the router never saw.
 func (x rankExpect) mustRebuild() bool { return x.Down > uint64(x.Buffer) }
 
-func (x rankExpect) String() string {
+// want lists the right restore outcomes and says why.
+func (x rankExpect) want() ([]string, string) {
 	switch {
+	case x.Reset:
+		return []string{replay.RestoreReset}, "its engine restarted while the router was down"
 	case x.mustRestore():
-		return replay.RestoreRestored
+		return []string{replay.RestoreRestored}, fmt.Sprintf("its buffer of %d batches holds the %d it can be missing", x.Buffer, min(x.Window, x.Total))
 	case x.mustRebuild():
-		return replay.RestoreRebuilt
+		return []string{replay.RestoreRebuilt}, fmt.Sprintf("%d batches were published while the router was down, its buffer holds %d", x.Down, x.Buffer)
 	}
-	return "either"
+	return []string{replay.RestoreRestored, replay.RestoreRebuilt}, fmt.Sprintf("its buffer of %d batches may or may not reach the snapshot", x.Buffer)
+}
+
+// mustExact: the rank must match its engine, given its restore outcome: a
+// reset rank follows the new process from its start, a restored one lost
+// nothing; an ambiguous rank counts as restored until the router says not.
+func (x rankExpect) mustExact(restore string) bool {
+	if x.Reset || x.mustRestore() {
+		return true
+	}
+	return !x.mustRebuild() && (restore == "" || restore == replay.RestoreRestored)
+}
+
+func (x rankExpect) String() string {
+	w, _ := x.want()
+	return strings.Join(w, "|")
 }
 
 // restartRun holds a run's moving parts.
@@ -467,18 +492,36 @@ func (r *restartRun) run(ctx context.Context) (*restartResult, error) {
 	}()
 	r.logf("replaying %d requests (%v of trace time) over %v; kill -9 at %.2fs", k, end1.Truncate(time.Second),
 		(res.KillAt + cfg.downtime).Round(time.Millisecond), res.KillAt.Seconds())
-	pr, err := replay.Play(ctx, replay.PlayConfig{Fleet: r.fleet, Requests: r.sched[:k], Clock: clock, Choose: r.choose(0)})
+	// With --restart-engine the replay pauses halfway through the downtime
+	// (every request before is published) while engine-01 restarts.
+	segments := [][2]int{{0, k}}
+	if cfg.restartEng {
+		kr := sort.Search(k, func(i int) bool { return r.sched[i].Arrival > simOf(res.KillAt+cfg.downtime/2, cfg.speedUp) })
+		segments = [][2]int{{0, kr}, {kr, k}}
+	}
+	playStart := time.Now()
+	for si, seg := range segments {
+		if si == 1 {
+			<-killed
+			if err := r.fleet.Engines[1].Restart(); err != nil {
+				return nil, err
+			}
+			r.logf("engine-01 restarted (new process: seq from 0, empty cache)")
+		}
+		pr, err := replay.Play(ctx, replay.PlayConfig{Fleet: r.fleet, Requests: r.sched[seg[0]:seg[1]], Clock: clock, Choose: r.choose(seg[0])})
+		if err != nil {
+			return nil, err
+		}
+		if pr.PublishErrs > 0 {
+			return nil, fmt.Errorf("engines failed to publish %d batches: %s", pr.PublishErrs, pr.FirstError)
+		}
+	}
+	playWall := time.Since(playStart)
 	<-killed
 	close(stopSampling)
 	<-sampled
-	if err != nil {
-		return nil, err
-	}
 	if killErr != nil {
 		return nil, fmt.Errorf("kill: %w", killErr)
-	}
-	if pr.PublishErrs > 0 {
-		return nil, fmt.Errorf("engines failed to publish %d batches: %s", pr.PublishErrs, pr.FirstError)
 	}
 	seqDown := r.seqs()
 	before := killTime.Add(-2 * cfg.snapshot)
@@ -494,18 +537,22 @@ func (r *restartRun) run(ctx context.Context) (*restartResult, error) {
 		if i == 0 && cfg.shortBuffer > 0 {
 			b = cfg.shortBuffer
 		}
+		if cfg.restartEng && i == 1 { // the new process's stream
+			res.Expect[i] = rankExpect{Buffer: b, Down: seqDown[i], Window: seqDown[i], Total: seqDown[i], Reset: true}
+			continue
+		}
 		res.Expect[i] = rankExpect{Buffer: b, Down: seqDown[i] - seqKill[i], Window: seqDown[i] - seqBefore[i], Total: seqDown[i]}
 	}
 	var downBatches uint64
-	for i := range seqDown {
-		downBatches += seqDown[i] - seqKill[i]
+	for _, x := range res.Expect {
+		downBatches += x.Down
 	}
 
 	// The engines are quiet now: take the truth before the restart, so
 	// restart -> exact is the router's time alone.
 	truth := r.truth(rand.New(rand.NewPCG(cfg.seed, 1)))
 	fmt.Fprintf(r.out, "replay: %d requests in %.1fs; kill -9 at %.2fs (pid %d); %d batches published while down\n",
-		k, pr.Wall.Seconds(), res.KillAt.Seconds(), first.PID(), downBatches)
+		k, playWall.Seconds(), res.KillAt.Seconds(), first.PID(), downBatches)
 	fmt.Fprintf(r.out, "state dir at restart: %s\n", listDir(r.stateDir))
 
 	// Restart on the same state dir and addresses; time SERVING and exact.
@@ -529,15 +576,7 @@ func (r *restartRun) run(ctx context.Context) (*restartResult, error) {
 		}
 	}
 	r.live.Store(second)
-	catchUpMust := func(i int, rc *replay.RankCheck) bool {
-		x := res.Expect[i]
-		if x.mustRestore() {
-			return true
-		}
-		// Either outcome is right for an ambiguous rank: it must be exact
-		// unless the router says it did not restore it.
-		return !x.mustRebuild() && (rc.Restore == "" || rc.Restore == replay.RestoreRestored)
-	}
+	catchUpMust := func(i int, rc *replay.RankCheck) bool { return res.Expect[i].mustExact(rc.Restore) }
 	res.CatchUp, res.ToExact, res.Exact, err = r.pollExact(ctx, second, truth, catchUpMust, second.Started, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w%s", err, logTail(log2, 10))
@@ -563,10 +602,7 @@ func (r *restartRun) run(ctx context.Context) (*restartResult, error) {
 			}
 			truth2 := r.truth(rand.New(rand.NewPCG(cfg.seed, 2)))
 			t2 := time.Now()
-			finalMust := func(i int, _ *replay.RankCheck) bool {
-				before := &res.CatchUp.Ranks[i]
-				return before.Restore != replay.RestoreRebuilt && (res.Expect[i].mustRestore() || before.Restore == replay.RestoreRestored)
-			}
+			finalMust := func(i int, _ *replay.RankCheck) bool { return finalMustExact(res, i) }
 			res.Final, res.FinalExact, res.FinalOK, err = r.pollExact(ctx, second, truth2, finalMust, t2, false)
 			if err != nil {
 				return nil, fmt.Errorf("%w%s", err, logTail(log2, 10))
@@ -777,40 +813,35 @@ func (r *restartRun) verdict(res *restartResult) {
 		if !rc.Listed {
 			continue // counted with the registry
 		}
-		switch {
-		case x.mustRestore():
-			if !rc.Exact() {
-				fail("%s: its engine still has the history (%d batches to replay at most, buffer %d) but the rank is not exact: %s", rc.Worker, x.Window, x.Buffer, rc.Reason())
-			}
-			if rc.Restore != replay.RestoreRestored {
-				fail("%s: restore %q, want %q (buffer %d covers the %d batches it can be missing)", rc.Worker, rc.Restore, replay.RestoreRestored, x.Buffer, x.Window)
-			}
-		case x.mustRebuild():
-			if rc.Restore != replay.RestoreRebuilt {
-				fail("%s: restore %q, want %q (%d batches published while down, buffer %d)", rc.Worker, rc.Restore, replay.RestoreRebuilt, x.Down, x.Buffer)
-			}
-		default:
-			if rc.Restore == replay.RestoreRestored && !rc.Exact() {
-				fail("%s: restored but not exact: %s", rc.Worker, rc.Reason())
-			} else if rc.Restore != replay.RestoreRestored && rc.Restore != replay.RestoreRebuilt {
-				fail("%s: restore %q, want restored or rebuilt", rc.Worker, rc.Restore)
-			}
+		want, why := x.want()
+		if !slices.Contains(want, rc.Restore) {
+			fail("%s: restore %q, want %s: %s", rc.Worker, rc.Restore, strings.Join(want, " or "), why)
+		}
+		if x.mustExact(rc.Restore) && !rc.Exact() {
+			fail("%s: not exact after the restart, though %s: %s", rc.Worker, why, rc.Reason())
 		}
 		if rc.Restore == replay.RestoreRebuilt && rc.Overstates() {
 			fail("%s: rebuilt, but claims blocks its engine does not hold: %s", rc.Worker, rc.Reason())
 		}
 	}
-	if r.cfg.shortBuffer > 0 && !res.Expect[0].mustRebuild() {
+	if r.cfg.shortBuffer > 0 && !res.Expect[0].Reset && !res.Expect[0].mustRebuild() {
 		fail("scenario: engine-00 published only %d batches while the router was down, within its %d-batch buffer: raise --downtime or lower --short-buffer", res.Expect[0].Down, res.Expect[0].Buffer)
 	}
 	if res.Final != nil {
-		for i, x := range res.Expect {
-			rc, before := &res.Final.Ranks[i], &res.CatchUp.Ranks[i]
-			if rc.Listed && before.Restore != replay.RestoreRebuilt && (x.mustRestore() || before.Restore == replay.RestoreRestored) && !rc.Exact() {
+		for i := range res.Expect {
+			if rc := &res.Final.Ranks[i]; rc.Listed && finalMustExact(res, i) && !rc.Exact() {
 				fail("%s: not exact after the live replay: %s", rc.Worker, rc.Reason())
 			}
 		}
 	}
+}
+
+// finalMustExact: after live events, every rank that had to be exact after
+// the restart still must, unless the router rebuilt it (it still lacks what
+// its engine's buffer lost).
+func finalMustExact(res *restartResult, i int) bool {
+	before := res.CatchUp.Ranks[i].Restore
+	return before != replay.RestoreRebuilt && res.Expect[i].mustExact(before)
 }
 
 func listDir(dir string) string {
@@ -844,7 +875,12 @@ func byteSize(n int64) string {
 
 func (r *restartRun) report(res *restartResult) {
 	w := r.out
-	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	ms := func(d time.Duration) string {
+		if d < time.Millisecond {
+			return "<1ms"
+		}
+		return d.Round(time.Millisecond).String()
+	}
 	serving := "never"
 	if res.Serving {
 		serving = ms(res.ToServing)
