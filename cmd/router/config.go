@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,9 @@ type Config struct {
 
 	IndexShards        int `yaml:"index_shards"`
 	IndexSegmentBlocks int `yaml:"index_segment_blocks"`
+
+	StateDir         string        `yaml:"state_dir"`
+	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 
 	Workers []WorkerConfig `yaml:"workers"`
 }
@@ -126,7 +130,25 @@ func defaultConfig() Config {
 		IngestQueue:         0,
 		IndexShards:         radix.DefaultShards,
 		IndexSegmentBlocks:  radix.DefaultSegmentBlocks,
+		StateDir:            defaultStateDir(),
+		SnapshotInterval:    30 * time.Second,
 	}
+}
+
+// stateOff is the state_dir that turns persistence off.
+const stateOff = "none"
+
+// defaultStateDir follows the XDG base directory rule for state data:
+// $XDG_STATE_HOME/kvrouter, else ~/.local/state/kvrouter, else (no home)
+// ./kvrouter-state.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "kvrouter")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" {
+		return filepath.Join(h, ".local", "state", "kvrouter")
+	}
+	return "kvrouter-state"
 }
 
 func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
@@ -151,6 +173,8 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.IngestQueue, "ingest-queue", c.IngestQueue, "batches queued per worker/rank before the reader waits (0: default)")
 	fs.IntVar(&c.IndexShards, "index-shards", c.IndexShards, "index shards (rounded up to a power of two, at most 256)")
 	fs.IntVar(&c.IndexSegmentBlocks, "index-segment-blocks", c.IndexSegmentBlocks, "index path segments start at this many blocks times each power of two; each segment is sharded by its first node")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the durable registry and index snapshots, locked while the router runs (\"none\": keep nothing)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often the index is snapshotted to the state dir (also at shutdown)")
 }
 
 // loadConfig builds the configuration from defaults, the --config file and
@@ -231,6 +255,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: index_shards %d must be within 1..%d", c.IndexShards, radix.MaxShards)
 	case c.IndexSegmentBlocks <= 0:
 		return fmt.Errorf("config: index_segment_blocks %d must be positive", c.IndexSegmentBlocks)
+	case c.StateDir == "":
+		return fmt.Errorf("config: state_dir is empty (%q turns persistence off)", stateOff)
+	case c.SnapshotInterval <= 0:
+		return fmt.Errorf("config: snapshot_interval %v must be positive", c.SnapshotInterval)
 	}
 	for _, w := range []struct {
 		name string

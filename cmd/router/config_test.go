@@ -91,8 +91,11 @@ func TestFlagDefaults(t *testing.T) {
 		"prediction-ttl":            "2m0s",
 		"prefill-weight":            "2",
 		"request-ttl":               "5m0s",
+		"snapshot-interval":         "30s",
+		"state-dir":                 "/xdg/state/kvrouter",
 		"tier-weights":              "1,0.75,0.25,0",
 	}
+	t.Setenv("XDG_STATE_HOME", "/xdg/state")
 	var path string
 	c := defaultConfig()
 	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)

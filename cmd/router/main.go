@@ -17,10 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
-	"github.com/kvrouter/kvrouter/internal/ingest"
-	"github.com/kvrouter/kvrouter/internal/radix"
-	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
 )
 
@@ -49,6 +45,8 @@ func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 }
 
 // run starts the router and serves until ctx is done, then drains and stops.
+// It listens first and answers health NOT_SERVING (and Unavailable to the
+// kvrouter.v1 services) while the state directory's snapshot is restored.
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg, err := loadConfig(args, stderr)
 	if err != nil {
@@ -58,47 +56,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	index := radix.New(radix.Config{Shards: cfg.IndexShards, SegmentBlocks: cfg.IndexSegmentBlocks})
-	ing, err := ingest.New(ingest.Config{
-		Index:      index,
-		BlockSize:  cfg.BlockSize,
-		Logger:     log.With("component", "ingest"),
-		Registerer: reg,
-		QueueDepth: cfg.IngestQueue,
-	})
+	st, err := openStore(cfg, log, reg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := ing.Close(); err != nil {
-			log.Warn("closing subscriptions", "err", err)
-		}
-	}()
-	rt, err := scoring.New(cfg.scoringConfig(index))
+	var store server.RegistryStore
+	if st != nil {
+		defer st.Close()
+		store = registryStore{st.Registry()}
+	}
+	srv, err := server.New(server.Config{Logger: log, Registerer: reg, Store: store})
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Router: rt, Ingest: ing, Index: index, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-
 	s, err := listen(cfg, srv, reg)
 	if err != nil {
-		return err
-	}
-	if err := registerStaticWorkers(srv, cfg.Workers); err != nil {
-		s.closeListeners()
 		return err
 	}
 	errc := s.serve()
 	log.Info("kvrouter listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(),
 		"block_size", cfg.BlockSize, "workers", len(cfg.Workers), "predict", cfg.Predict,
-		"tier_weights", strings.TrimSpace(cfg.TierWeights.String()))
+		"tier_weights", strings.TrimSpace(cfg.TierWeights.String()), "state_dir", cfg.StateDir)
+
+	b, err := startBackend(cfg, st, srv, reg, log)
+	if err != nil {
+		s.drain(cfg.DrainTimeout, log)
+		return err
+	}
+	defer b.close(log)
+	s.setServing()
+	stopSnapshots := b.snapshotEvery(ctx, cfg.SnapshotInterval)
 
 	var serveErr error
 	select {
@@ -108,21 +98,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Error("server failed", "err", serveErr)
 	}
 	s.drain(cfg.DrainTimeout, log)
+	stopSnapshots()
+	b.finalSnapshot(log)
 	log.Info("stopped")
 	return serveErr
-}
-
-// registerStaticWorkers registers the config file's workers.
-func registerStaticWorkers(srv *server.Server, workers []WorkerConfig) error {
-	for i, w := range workers {
-		err := srv.Register(&kvrouterv1.Worker{
-			WorkerId: w.WorkerID, Model: w.Model, Endpoint: w.Endpoint,
-			KvEventsEndpoint: w.KVEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
-			DpSize: w.DPSize, BlockSize: w.BlockSize, Topic: w.Topic,
-		})
-		if err != nil {
-			return fmt.Errorf("config: workers[%d]: %w", i, err)
-		}
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,10 +52,21 @@ type router struct {
 	stderrTail *strings.Builder
 }
 
-// startRouter starts the binary on free loopback ports and waits for its
-// "kvrouter listening" log line, which names the bound addresses.
+// startRouter starts the binary on free loopback ports (and a state dir of
+// the test's unless args name one), waits for its "kvrouter listening" log
+// line, which names the bound addresses, then for health SERVING.
 func startRouter(t *testing.T, args ...string) *router {
 	t.Helper()
+	r := launchRouter(t, args...)
+	waitServing(t, r)
+	return r
+}
+
+func launchRouter(t *testing.T, args ...string) *router {
+	t.Helper()
+	if !slices.Contains(args, "--state-dir") {
+		args = append(args, "--state-dir", t.TempDir())
+	}
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
@@ -89,6 +101,26 @@ func startRouter(t *testing.T, args ...string) *router {
 		t.Fatalf("router did not start in 30s")
 	}
 	return r
+}
+
+// waitServing watches the router's overall health until it is SERVING.
+func waitServing(t *testing.T, r *router) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := w.Recv()
+		if err != nil {
+			t.Fatalf("router never reported SERVING: %v\n%s", err, r.stderrTail)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+	}
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {

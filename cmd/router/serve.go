@@ -78,8 +78,9 @@ func (s *servers) closeListeners() {
 	s.httpLis.Close()
 }
 
-// serve starts both servers, then reports the services SERVING. A server
-// that stops on its own sends its error on the returned channel.
+// serve starts both servers, reporting the services NOT_SERVING until
+// setServing. A server that stops on its own sends its error on the
+// returned channel.
 func (s *servers) serve() <-chan error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
@@ -88,10 +89,17 @@ func (s *servers) serve() <-chan error {
 			errc <- err
 		}
 	}()
-	for _, svc := range []string{"", kvrouterv1.Router_ServiceDesc.ServiceName, kvrouterv1.Registry_ServiceDesc.ServiceName} {
-		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-	}
+	s.setStatus(healthpb.HealthCheckResponse_NOT_SERVING)
 	return errc
+}
+
+// setServing reports the services SERVING.
+func (s *servers) setServing() { s.setStatus(healthpb.HealthCheckResponse_SERVING) }
+
+func (s *servers) setStatus(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, svc := range []string{"", kvrouterv1.Router_ServiceDesc.ServiceName, kvrouterv1.Registry_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(svc, st)
+	}
 }
 
 // drain reports the services not serving, gives in-flight RPCs up to timeout

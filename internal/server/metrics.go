@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
-	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
@@ -21,9 +20,8 @@ type metrics struct {
 	active    *activeCollector
 }
 
-// newMetrics registers the RPC metrics and, when idx is not nil, the index's
-// own (kvrouter_index_*) with reg (nil: registers nothing).
-func newMetrics(reg prometheus.Registerer, s *Server, idx *radix.Index) (*metrics, error) {
+// newMetrics registers the RPC metrics with reg (nil: registers nothing).
+func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m := &metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kvrouter_rpc_duration_seconds",
@@ -47,16 +45,12 @@ func newMetrics(reg prometheus.Registerer, s *Server, idx *radix.Index) (*metric
 			Name: "kvrouter_registered_workers",
 			Help: "Registered workers.",
 		}),
-		active: &activeCollector{router: s.router, desc: prometheus.NewDesc(
+		active: &activeCollector{s: s, desc: prometheus.NewDesc(
 			"kvrouter_active_requests", "Routed requests not yet finished, by worker and rank.",
 			[]string{"worker", "dp_rank"}, nil)},
 	}
 	if reg != nil {
-		cs := []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active}
-		if idx != nil {
-			cs = append(cs, newIndexCollector(idx))
-		}
-		for _, c := range cs {
+		for _, c := range []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -85,14 +79,17 @@ func (m *metrics) forgetWorker(id string) {
 
 // activeCollector reports active requests per worker/rank at scrape time.
 type activeCollector struct {
-	router *scoring.Router
-	desc   *prometheus.Desc
+	s    *Server
+	desc *prometheus.Desc
 }
 
 func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, l := range c.router.Loads() {
+	if !c.s.ready.Load() {
+		return
+	}
+	for _, l := range c.s.router.Loads() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Active),
 			l.WorkerID, strconv.FormatUint(uint64(l.DPRank), 10))
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,10 +27,14 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Router scores and routes prompts. Required.
+	// Router scores and routes prompts, and Ingest follows workers' KV
+	// event streams. Set both, or neither and call Start when they exist
+	// (after the index is restored): until then every kvrouter.v1 call
+	// answers Unavailable.
 	Router *scoring.Router
-	// Ingest follows workers' KV event streams. Required.
 	Ingest *ingest.Manager
+	// Store keeps registrations across restarts; nil keeps them in memory.
+	Store RegistryStore
 	// Logger receives registry changes; nil discards.
 	Logger *slog.Logger
 	// Index, when set, has its size and refusals reported as
@@ -39,42 +44,97 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// RegistryStore keeps registrations across restarts. Put and Delete return
+// after the change is durable (written and synced): the RPC that made the
+// change answers only then.
+type RegistryStore interface {
+	Put(w *kvrouterv1.Worker, source Source) error
+	Delete(id string) error
+}
+
+// Source is where a registration came from.
+type Source string
+
+// Sources of registrations.
+const (
+	SourceConfig Source = "config" // the YAML file
+	SourceAPI    Source = "api"    // Registry/RegisterWorker
+)
+
 // Server implements the kvrouter.v1 Router and Registry services.
 type Server struct {
 	kvrouterv1.UnimplementedRouterServer
 	kvrouterv1.UnimplementedRegistryServer
 
+	// router and ingest are set once, before ready is: a call that finds
+	// ready set may use them.
 	router  *scoring.Router
 	ingest  *ingest.Manager
+	ready   atomic.Bool
+	store   RegistryStore
+	reg     prometheus.Registerer
 	log     *slog.Logger
 	metrics *metrics
 
 	mu      sync.Mutex // serializes registry changes
-	workers map[string]*kvrouterv1.Worker
+	workers map[string]registration
+}
+
+type registration struct {
+	w      *kvrouterv1.Worker
+	source Source
 }
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Router == nil || cfg.Ingest == nil {
-		return nil, errors.New("server: Config.Router and Config.Ingest are required")
+	if (cfg.Router == nil) != (cfg.Ingest == nil) {
+		return nil, errors.New("server: set both Config.Router and Config.Ingest, or neither (and call Start)")
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		router:  cfg.Router,
-		ingest:  cfg.Ingest,
+		store:   cfg.Store,
+		reg:     cfg.Registerer,
 		log:     log,
-		workers: make(map[string]*kvrouterv1.Worker),
+		workers: make(map[string]registration),
 	}
-	m, err := newMetrics(cfg.Registerer, s, cfg.Index)
+	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
+	if cfg.Router != nil {
+		if err := s.Start(cfg.Router, cfg.Ingest, cfg.Index); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
+
+// Start gives the server what it serves with, once; from then on it answers
+// calls. index, when not nil, has its size and refusals reported as
+// kvrouter_index_* metrics.
+func (s *Server) Start(router *scoring.Router, ing *ingest.Manager, index *radix.Index) error {
+	if router == nil || ing == nil {
+		return errors.New("server: Start needs a router and an ingest manager")
+	}
+	if s.ready.Load() {
+		return errors.New("server: started twice")
+	}
+	if index != nil && s.reg != nil {
+		if err := s.reg.Register(newIndexCollector(index)); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+	s.router, s.ingest = router, ing
+	s.ready.Store(true)
+	return nil
+}
+
+// Ready reports whether Start was called.
+func (s *Server) Ready() bool { return s.ready.Load() }
 
 // RegisterServices registers the Router and Registry services on g.
 func (s *Server) RegisterServices(g *grpc.Server) {
@@ -91,11 +151,18 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	}
 }
 
-// UnaryInterceptor records every RPC's latency and error code in the metrics.
+// UnaryInterceptor records every RPC's latency and error code in the metrics,
+// and answers the kvrouter.v1 calls with Unavailable until Start.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		resp, err := handler(ctx, req)
+		var resp any
+		var err error
+		if s.ready.Load() || !strings.HasPrefix(info.FullMethod, "/kvrouter.v1.") {
+			resp, err = handler(ctx, req)
+		} else {
+			err = status.Error(codes.Unavailable, "the router is restoring its index; try again shortly")
+		}
 		s.metrics.observe(info.FullMethod, time.Since(start), status.Code(err))
 		return resp, err
 	}
@@ -214,17 +281,20 @@ func (s *Server) MarkFinished(_ context.Context, req *kvrouterv1.RequestRef) (*k
 	return &kvrouterv1.Ack{}, grpcError(s.router.MarkFinished(req.GetRequestId()))
 }
 
-// RegisterWorker validates and adds a worker, and starts following its events.
+// RegisterWorker validates and adds a worker, and starts following its
+// events. It answers after the registration is durable (see Config.Store).
 func (s *Server) RegisterWorker(_ context.Context, req *kvrouterv1.RegisterWorkerRequest) (*kvrouterv1.RegisterWorkerResponse, error) {
-	if err := s.Register(req.GetWorker()); err != nil {
+	if err := s.Register(req.GetWorker(), SourceAPI, true); err != nil {
 		return nil, err
 	}
 	return &kvrouterv1.RegisterWorkerResponse{}, nil
 }
 
-// Register validates and adds a worker (also used for the config file's static
-// workers). Errors are gRPC statuses naming the offending field.
-func (s *Server) Register(w *kvrouterv1.Worker) error {
+// Register validates and adds a worker from source; with store, the
+// registration is written to the store before Register returns (a worker
+// restored from the store at start-up is registered without). Errors are
+// gRPC statuses naming the offending field.
+func (s *Server) Register(w *kvrouterv1.Worker, source Source, store bool) error {
 	if err := validate(w); err != nil {
 		return err
 	}
@@ -233,6 +303,26 @@ func (s *Server) Register(w *kvrouterv1.Worker) error {
 	if _, ok := s.workers[w.WorkerId]; ok {
 		return status.Errorf(codes.InvalidArgument, "worker.worker_id %q is already registered", w.WorkerId)
 	}
+	if err := s.follow(w); err != nil {
+		return err
+	}
+	stored := cloneWorker(w)
+	stored.DpSize = max(w.DpSize, 1)
+	if store && s.store != nil {
+		if err := s.store.Put(stored, source); err != nil {
+			s.unfollow(w)
+			return status.Errorf(codes.Unavailable, "registry not saved, worker not registered: %v", err)
+		}
+	}
+	s.workers[w.WorkerId] = registration{w: stored, source: source}
+	s.metrics.workers.Set(float64(len(s.workers)))
+	s.log.Info("worker registered", "worker", w.WorkerId, "model", w.Model, "dp_size", stored.DpSize,
+		"kv_events_endpoint", w.KvEventsEndpoint, "replay_endpoint", w.ReplayEndpoint, "source", source)
+	return nil
+}
+
+// follow starts a worker's event subscriptions and makes it a candidate.
+func (s *Server) follow(w *kvrouterv1.Worker) error {
 	dp := int(max(w.DpSize, 1))
 	// Events first: a worker whose subscription cannot start is never a
 	// candidate, not even for the Routes that would run before a rollback.
@@ -256,13 +346,20 @@ func (s *Server) Register(w *kvrouterv1.Worker) error {
 		}
 		return grpcError(err)
 	}
-	stored := cloneWorker(w)
-	stored.DpSize = uint32(dp)
-	s.workers[w.WorkerId] = stored
-	s.metrics.workers.Set(float64(len(s.workers)))
-	s.log.Info("worker registered", "worker", w.WorkerId, "model", w.Model, "dp_size", dp,
-		"kv_events_endpoint", w.KvEventsEndpoint, "replay_endpoint", w.ReplayEndpoint)
 	return nil
+}
+
+// unfollow undoes follow: stops the subscriptions, drops blocks and load.
+func (s *Server) unfollow(w *kvrouterv1.Worker) {
+	if w.KvEventsEndpoint != "" {
+		// Remove forgets the worker even when stopping its subscriptions
+		// fails, so the router forgets it too: failing here would leave a
+		// worker that no later UnregisterWorker could remove.
+		if err := s.ingest.Remove(w.WorkerId); err != nil {
+			s.log.Warn("stop following worker", "worker", w.WorkerId, "err", err)
+		}
+	}
+	s.router.RemoveWorker(w.WorkerId)
 }
 
 func cloneWorker(w *kvrouterv1.Worker) *kvrouterv1.Worker {
@@ -355,68 +452,77 @@ func validateServingEndpoint(ep string) error {
 }
 
 // UnregisterWorker stops following a worker and drops its blocks and load.
+// It answers after the removal is durable: a removal the store could not
+// save leaves the worker registered.
 func (s *Server) UnregisterWorker(_ context.Context, req *kvrouterv1.UnregisterWorkerRequest) (*kvrouterv1.UnregisterWorkerResponse, error) {
 	id := req.GetWorkerId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "worker_id is empty")
 	}
+	if err := s.Unregister(id, true); err != nil {
+		return nil, err
+	}
+	return &kvrouterv1.UnregisterWorkerResponse{}, nil
+}
+
+// Unregister removes worker id; with store, from the store first.
+func (s *Server) Unregister(id string, store bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w, ok := s.workers[id]
+	reg, ok := s.workers[id]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "worker_id %q is not registered", id)
+		return status.Errorf(codes.NotFound, "worker_id %q is not registered", id)
 	}
-	if w.KvEventsEndpoint != "" {
-		// Remove forgets the worker even when stopping its subscriptions
-		// fails, so the router forgets it too: failing here would leave a
-		// worker that no later UnregisterWorker could remove.
-		if err := s.ingest.Remove(id); err != nil {
-			s.log.Warn("stop following worker", "worker", id, "err", err)
+	if store && s.store != nil {
+		if err := s.store.Delete(id); err != nil {
+			return status.Errorf(codes.Unavailable, "registry not saved, worker still registered: %v", err)
 		}
 	}
-	s.router.RemoveWorker(id)
+	s.unfollow(reg.w)
 	delete(s.workers, id)
 	s.metrics.workers.Set(float64(len(s.workers)))
 	s.metrics.forgetWorker(id)
 	s.log.Info("worker unregistered", "worker", id)
-	return &kvrouterv1.UnregisterWorkerResponse{}, nil
+	return nil
 }
 
 // ListWorkers reports every worker/rank of a model (empty: all), by worker id.
 func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersRequest) (*kvrouterv1.ListWorkersResponse, error) {
 	s.mu.Lock()
-	ws := make([]*kvrouterv1.Worker, 0, len(s.workers))
-	for _, w := range s.workers {
-		if req.GetModel() == "" || w.Model == req.GetModel() {
-			ws = append(ws, w)
+	regs := make([]registration, 0, len(s.workers))
+	for _, r := range s.workers {
+		if req.GetModel() == "" || r.w.Model == req.GetModel() {
+			regs = append(regs, r)
 		}
 	}
 	s.mu.Unlock()
-	sort.Slice(ws, func(i, j int) bool { return ws[i].WorkerId < ws[j].WorkerId })
+	sort.Slice(regs, func(i, j int) bool { return regs[i].w.WorkerId < regs[j].w.WorkerId })
 	out := &kvrouterv1.ListWorkersResponse{}
-	for _, w := range ws {
+	for _, reg := range regs {
+		w := reg.w
 		var st []ingest.RankStatus
 		if w.KvEventsEndpoint != "" {
 			st = s.ingest.Status(w.WorkerId)
 		}
 		for r := uint32(0); r < w.DpSize; r++ {
-			ws := &kvrouterv1.WorkerStatus{Worker: w, DpRank: r}
+			ent := &kvrouterv1.WorkerStatus{Worker: w, DpRank: r, Source: string(reg.source)}
 			for _, rs := range st {
 				if rs.DPRank != r {
 					continue
 				}
-				ws.Connected = rs.Connected
-				ws.LastSeq = rs.LastSeq
-				ws.EventsApplied = rs.EventsApplied
-				ws.Gaps = rs.Gaps
-				ws.Replays = rs.Replays
-				ws.ReplayFailures = rs.ReplayFailures
-				ws.EngineRestarts = rs.EngineRestarts
-				ws.Reconnects = rs.Reconnects
-				ws.DecodeErrors = rs.DecodeErrors
-				ws.CachedBlocks = rs.CachedBlocks
+				ent.Connected = rs.Connected
+				ent.LastSeq = rs.LastSeq
+				ent.EventsApplied = rs.EventsApplied
+				ent.Gaps = rs.Gaps
+				ent.Replays = rs.Replays
+				ent.ReplayFailures = rs.ReplayFailures
+				ent.EngineRestarts = rs.EngineRestarts
+				ent.Reconnects = rs.Reconnects
+				ent.DecodeErrors = rs.DecodeErrors
+				ent.CachedBlocks = rs.CachedBlocks
+				ent.Restore = rs.Restore
 			}
-			out.Workers = append(out.Workers, ws)
+			out.Workers = append(out.Workers, ent)
 		}
 	}
 	return out, nil

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/ingest"
+	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/persist"
+	"github.com/kvrouter/kvrouter/internal/radix"
+	"github.com/kvrouter/kvrouter/internal/scoring"
+	"github.com/kvrouter/kvrouter/internal/server"
+)
+
+// backend is what serves once the state is restored: the index, the event
+// subscriptions and the state directory they are snapshotted to.
+type backend struct {
+	index *radix.Index
+	ing   *ingest.Manager
+	st    *persist.Store // nil: persistence off
+}
+
+// startBackend restores the index (or starts an empty one), starts ingest
+// with each restored rank's stream position, starts the server and
+// registers the fleet.
+func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometheus.Registerer, log *slog.Logger) (*backend, error) {
+	icfg := radix.Config{Shards: cfg.IndexShards, SegmentBlocks: cfg.IndexSegmentBlocks}
+	b := &backend{index: radix.New(icfg), st: st}
+	var resume map[kv.WorkerRank]ingest.Position
+	if st != nil {
+		res, err := st.Restore(icfg)
+		if err != nil {
+			return nil, err
+		}
+		b.index, resume = res.Index, res.Positions
+	}
+	ing, err := ingest.New(ingest.Config{
+		Index:      b.index,
+		BlockSize:  cfg.BlockSize,
+		Logger:     log.With("component", "ingest"),
+		Registerer: reg,
+		QueueDepth: cfg.IngestQueue,
+		Resume:     resumeFrom(resume),
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.ing = ing
+	rt, err := scoring.New(cfg.scoringConfig(b.index))
+	if err == nil {
+		err = srv.Start(rt, ing, b.index)
+	}
+	var registered map[string]bool
+	if err == nil {
+		registered, err = registerWorkers(srv, cfg.Workers, st, log)
+	}
+	if err != nil {
+		b.close(log)
+		return nil, err
+	}
+	dropUnregistered(b.index, registered, log)
+	return b, nil
+}
+
+// resumeFrom hands ingest the restored ranks' stream positions.
+func resumeFrom(pos map[kv.WorkerRank]ingest.Position) func(kv.WorkerRank) (ingest.Position, bool) {
+	if len(pos) == 0 {
+		return nil
+	}
+	return func(w kv.WorkerRank) (ingest.Position, bool) {
+		p, ok := pos[w]
+		return p, ok
+	}
+}
+
+// dropUnregistered removes from a restored index the workers that were not
+// registered again (unregistered, or dropped from the config file, since
+// the snapshot): nothing follows their events, so their blocks would only
+// go stale.
+func dropUnregistered(ix *radix.Index, registered map[string]bool, log *slog.Logger) {
+	seen := map[string]bool{}
+	for _, w := range ix.Workers() {
+		if registered[w.ID] || seen[w.ID] {
+			continue
+		}
+		seen[w.ID] = true
+		ix.RemoveWorker(w.ID)
+		log.Info("restored blocks dropped: the worker is no longer registered", "worker", w.ID)
+	}
+}
+
+// snapshotEvery snapshots the index every interval until ctx is done or the
+// returned stop is called; stop returns once no snapshot is being written.
+func (b *backend) snapshotEvery(ctx context.Context, interval time.Duration) (stop func()) {
+	if b.st == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { b.st.Run(ctx, interval, b.index, b.ing) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// finalSnapshot writes the shutdown snapshot, while the subscriptions still
+// run (a rank is cut between two of its batches).
+func (b *backend) finalSnapshot(log *slog.Logger) {
+	if b.st == nil {
+		return
+	}
+	info, err := b.st.Snapshot(b.index, b.ing)
+	if err != nil {
+		log.Error("shutdown snapshot failed; the previous one stays", "err", err)
+		return
+	}
+	log.Info("shutdown snapshot written", "file", info.Path, "residencies", info.Counts.Bindings)
+}
+
+func (b *backend) close(log *slog.Logger) {
+	if err := b.ing.Close(); err != nil {
+		log.Warn("closing subscriptions", "err", err)
+	}
+}
