@@ -28,17 +28,23 @@ type Truth struct {
 // request meanwhile.
 func TakeTruth(f *Fleet, prompts [][]uint32, from []int) *Truth {
 	t := &Truth{Cached: make([]int, len(f.Engines)), Prompts: prompts, From: from, Matched: make([][]int, len(prompts))}
-	for i, e := range f.Engines {
-		t.Cached[i] = e.Stats().CachedNow
-	}
-	var h []uint64
-	for p, toks := range prompts {
+	for p := range prompts {
 		t.Matched[p] = make([]int, len(f.Engines))
-		for i, e := range f.Engines {
-			h = e.BlockHashes(toks, h[:0])
-			t.Matched[p][i] = e.Overlap(h)
-		}
 	}
+	var wg sync.WaitGroup
+	for i, e := range f.Engines { // one engine per goroutine: each hashes with its own seed
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Cached[i] = e.Stats().CachedNow
+			var h []uint64
+			for p, toks := range prompts {
+				h = e.BlockHashes(toks, h[:0])
+				t.Matched[p][i] = e.Overlap(h)
+			}
+		}()
+	}
+	wg.Wait()
 	return t
 }
 
