@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -95,7 +96,7 @@ func parseRestart(args []string) (restartConfig, error) {
 	fs.StringVar(&c.routerBin, "router-bin", "bin/kvrouter", "router binary")
 	fs.StringVar(&routerArg, "router-args", "", "extra router flags, space-separated")
 	fs.StringVar(&c.stateDir, "state-dir", "", "router --state-dir (empty: a fresh temporary directory)")
-	fs.BoolVar(&c.noState, "no-state", false, "start the router without --state-dir and --snapshot-interval (to see what a restart loses without them)")
+	fs.BoolVar(&c.noState, "no-state", false, "run the router without a state directory (--state-dir none, or no flag for a router without one) to see what a restart loses")
 	fs.BoolVar(&c.reregister, "reregister", false, "register the fleet again after the restart, as an operator must without a durable registry (a baseline: the engines replay whatever their buffers hold)")
 	fs.BoolVar(&c.restartEng, "restart-engine", false, "engine-01 restarts halfway through the downtime (new process: seq from 0, empty cache, same addresses); its rank must come back \"reset\" and exact")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (state dir, router logs) even when the run passes")
@@ -303,8 +304,11 @@ func restartScenario(ctx context.Context, cfg restartConfig, out, progress io.Wr
 		}
 	}
 	r.args = append([]string{"--predict=false"}, cfg.routerArgs...)
-	if !cfg.noState {
+	switch {
+	case !cfg.noState:
 		r.args = append(r.args, "--state-dir", r.stateDir, "--snapshot-interval", cfg.snapshot.String())
+	case routerHasFlag(cfg.routerBin, "state-dir"):
+		r.args = append(r.args, "--state-dir", "none") // persistence is on by default
 	}
 
 	r.fleet, err = replay.StartFleet(replay.FleetConfig{
@@ -335,6 +339,12 @@ func restartScenario(ctx context.Context, cfg restartConfig, out, progress io.Wr
 	r.report(res)
 	passed = len(res.Failures) == 0
 	return res, nil
+}
+
+// routerHasFlag reports whether the router binary's -h lists --name.
+func routerHasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	return bytes.Contains(out, []byte("-"+name+" "))
 }
 
 // simOf is the trace time that wall time d stands for.
@@ -954,7 +964,14 @@ func (r *restartRun) report(res *restartResult) {
 }
 
 func (r *restartRun) table(c *replay.ExactCheck, expect []rankExpect, title string) {
-	fmt.Fprintf(r.out, "%s: Score on %d cached prompts (up to %d per engine) for every rank\n", title, c.Prompts, r.cfg.samples)
+	exact := 0
+	for i := range c.Ranks {
+		if c.Ranks[i].Exact() {
+			exact++
+		}
+	}
+	fmt.Fprintf(r.out, "%s: %d of %d ranks exact (Score on %d cached prompts, up to %d per engine, for every rank)\n",
+		title, exact, len(c.Ranks), c.Prompts, r.cfg.samples)
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  rank\trestore\texpected\tdown/window/buffer\trouter\tengine\tscore ok\tverdict")

@@ -21,8 +21,7 @@ func TestRestartShort(t *testing.T) {
 		t.Skip("starts a router and four engines for about 20 s")
 	}
 	bin := buildRouter(t)
-	help, _ := exec.Command(bin, "-h").CombinedOutput()
-	supported := bytes.Contains(help, []byte("-state-dir"))
+	supported := routerHasFlag(bin, "state-dir")
 	args := []string{"--short", "--router-bin", bin}
 	if !supported {
 		args = append(args, "--no-state", "--reregister")
