@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +32,9 @@ type RouterConfig struct {
 	GRPCAddr, HTTPAddr string
 	// BlockSize is the router's block size (default 16).
 	BlockSize int
-	// Args are extra flags, e.g. --predict=false.
+	// Args are extra flags, e.g. --predict=false. Without --state-dir the
+	// router gets a fresh temporary one, removed by Stop: a run never
+	// restores another run's registry or index.
 	Args []string
 	// Log receives the router's stdout and stderr; nil discards.
 	Log io.Writer
@@ -40,10 +44,11 @@ type RouterConfig struct {
 
 // Router is a running router subprocess with clients connected to it.
 type Router struct {
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	health  healthpb.HealthClient
+	cmd      *exec.Cmd
+	tmpState string // a state dir LaunchRouter made; Stop removes it
+	exited   chan struct{}
+	waitErr  error
+	health   healthpb.HealthClient
 	// Started is when the process was started.
 	Started  time.Time
 	GRPCAddr string
@@ -117,6 +122,13 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 		"--http-addr", cfg.HTTPAddr,
 		"--block-size", strconv.Itoa(cfg.BlockSize),
 	}, cfg.Args...)
+	var tmpState string
+	if !slices.ContainsFunc(cfg.Args, func(a string) bool { return a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") }) {
+		if tmpState, err = os.MkdirTemp("", "kvrouter-state-"); err != nil {
+			return nil, err
+		}
+		args = append(args, "--state-dir", tmpState)
+	}
 	cmd := exec.Command(cfg.Bin, args...)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -126,7 +138,7 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start router %s: %w", cfg.Bin, err)
 	}
-	r := &Router{cmd: cmd, exited: make(chan struct{}), Started: time.Now(),
+	r := &Router{cmd: cmd, exited: make(chan struct{}), Started: time.Now(), tmpState: tmpState,
 		GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
 	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
 	// A short reconnect backoff: the default (1 s after the first refused
@@ -234,6 +246,14 @@ func (r *Router) Healthy() error {
 
 // Stop sends SIGTERM, waits up to 15 s, then kills the process.
 func (r *Router) Stop() error {
+	err := r.stop()
+	if r.tmpState != "" {
+		os.RemoveAll(r.tmpState)
+	}
+	return err
+}
+
+func (r *Router) stop() error {
 	if r.Conn != nil {
 		r.Conn.Close()
 	}
