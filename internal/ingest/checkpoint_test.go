@@ -176,7 +176,7 @@ func checkpointSetup(t *testing.T, ids ...string) (*Manager, map[string]*goPub) 
 	pubs := map[string]*goPub{}
 	for _, id := range ids {
 		p := newGoPub(t)
-		if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port)}); err != nil {
+		if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.port)}); err != nil {
 			t.Fatal(err)
 		}
 		warmUp(t, m, id, func() uint64 { return p.publish(t, nil) })
@@ -268,7 +268,7 @@ func TestResumeRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port)}
+	w := Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.port)}
 	if err := m.Add(w); err != nil {
 		t.Fatal(err)
 	}

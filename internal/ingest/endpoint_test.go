@@ -22,22 +22,53 @@ import (
 func TestParseEndpoint(t *testing.T) {
 	tests := []struct {
 		in   string
-		want string // Endpoint.String(), or "error: substring"
+		want string // Endpoint.String() ('@': the router binds), or "error: substring"
 	}{
-		{"tcp://*:5557", "tcp://127.0.0.1:5557"},
-		{"tcp://0.0.0.0:5557", "@tcp://0.0.0.0:5557"}, // no '*' or "::": the engine connects
-		{"tcp://[::]:5557", "tcp://[::1]:5557"},
-		{"tcp://127.0.0.1:5557", "@tcp://127.0.0.1:5557"},
-		{"tcp://router.local:6000", "@tcp://router.local:6000"},
+		// A concrete host: the engine binds there, the router dials.
+		{"tcp://10.0.0.5:5557", "tcp://10.0.0.5:5557"},
+		{"tcp://127.0.0.1:5557", "tcp://127.0.0.1:5557"},
+		{"tcp://[::1]:5557", "tcp://[::1]:5557"},
+		{"tcp://[fd00::5]:5557", "tcp://[fd00::5]:5557"},
+		{"tcp://fd00::5:5557", "tcp://[fd00::5]:5557"}, // libzmq's unbracketed form
+		{"tcp://engine-0.local:5557", "tcp://engine-0.local:5557"},
+		// A wildcard host: the router binds for engines that connect.
+		{"tcp://*:5557", "@tcp://*:5557"}, // vLLM's default, literally: every interface
+		{"tcp://:5557", "@tcp://*:5557"},
+		{"tcp://0.0.0.0:5557", "@tcp://0.0.0.0:5557"},
+		{"tcp://[::]:5557", "@tcp://[::]:5557"},
+		{"tcp://:::5557", "@tcp://[::]:5557"},
+		{"tcp://*:0", "@tcp://*:0"},
+		// '>' dials (a wildcard at loopback), '@' binds.
 		{">tcp://10.0.0.5:5557", "tcp://10.0.0.5:5557"},
 		{">tcp://*:5557", "tcp://127.0.0.1:5557"},
-		{"@tcp://*:5557", "@tcp://:5557"},
+		{">tcp://0.0.0.0:5557", "tcp://127.0.0.1:5557"},
+		{">tcp://[::]:5557", "tcp://[::1]:5557"},
+		{"@tcp://10.0.0.1:5557", "@tcp://10.0.0.1:5557"},
+		{"@tcp://127.0.0.1:0", "@tcp://127.0.0.1:0"},
+		{"@tcp://*:5557", "@tcp://*:5557"},
+		{"@tcp://[::]:5557", "@tcp://[::]:5557"},
+		// ipc: the engine binds unless '@'; inproc is rejected.
 		{"ipc:///tmp/kv.sock", "ipc:///tmp/kv.sock"},
+		{">ipc:///tmp/kv.sock", "ipc:///tmp/kv.sock"},
+		{"@ipc:///tmp/kv.sock", "@ipc:///tmp/kv.sock"},
 		{"inproc://cache", "error: inproc"},
+		{">inproc://cache", "error: inproc"},
+		{"@inproc://cache", "error: inproc"},
+		// Bad ones.
 		{"udp://1.2.3.4:5", "error: unsupported transport"},
 		{"tcp://*:notaport", "error: bad port"},
+		{"tcp://10.0.0.5:-1", "error: bad port"},
+		{"tcp://10.0.0.5:+5557", "error: bad port"},
+		{"tcp://10.0.0.5:65536", "error: bad port"},
+		{"tcp://10.0.0.5:", "error: bad port"},
 		{"tcp://*", "error: missing port"},
+		{"tcp://[::1:5557", "error: bad host"},
+		{"tcp://[10.0.0.5]:5557", "error: bad host"},
+		{"tcp://a:b:5557", "error: bad host"},
+		{"tcp://a b:5557", "error: bad host"},
+		{"tcp://", "error: want transport://address"},
 		{"5557", "error: want transport://address"},
+		{"tcp://10.0.0.5:0", "error: port 0"},
 		{">tcp://10.0.0.5:0", "error: port 0"},
 	}
 	for _, tt := range tests {
@@ -54,16 +85,48 @@ func TestParseEndpoint(t *testing.T) {
 	}
 }
 
+// TestParseEndpointAddress: what the router dials or binds. Every interface
+// is an empty host (Go's listen on all of them); a wildcard bind hint is
+// given only when the host, not '@', made the router bind.
+func TestParseEndpointAddress(t *testing.T) {
+	tests := []struct {
+		in, addr string
+		bind     bool
+		hint     bool
+	}{
+		{"tcp://10.0.0.5:5557", "10.0.0.5:5557", false, false},
+		{"tcp://*:5557", ":5557", true, true},
+		{"tcp://0.0.0.0:5557", "0.0.0.0:5557", true, true},
+		{"tcp://[::]:5557", "[::]:5557", true, true},
+		{"@tcp://*:5557", ":5557", true, false},
+		{"@tcp://127.0.0.1:5557", "127.0.0.1:5557", true, false},
+		{">tcp://*:5557", "127.0.0.1:5557", false, false},
+		{"ipc:///tmp/kv.sock", "/tmp/kv.sock", false, false},
+	}
+	for _, tt := range tests {
+		e, err := ParseEndpoint(tt.in)
+		if err != nil || e.Address != tt.addr || e.Bind != tt.bind || (e.bindHint() != "") != tt.hint {
+			t.Errorf("ParseEndpoint(%q) = %+v (hint %q), %v; want address %q, bind %v, hint %v",
+				tt.in, e, e.bindHint(), err, tt.addr, tt.bind, tt.hint)
+		}
+	}
+}
+
 func TestRankEndpoint(t *testing.T) {
 	tests := []struct {
 		base string
 		rank int
 		want string
 	}{
-		{"tcp://*:5557", 0, "tcp://*:5557"},
+		{"tcp://10.0.0.5:5557", 0, "tcp://10.0.0.5:5557"},
+		{"tcp://10.0.0.5:5557", 2, "tcp://10.0.0.5:5559"},
+		{"tcp://engine-0:5557", 1, "tcp://engine-0:5558"},
 		{"tcp://*:5557", 2, "tcp://*:5559"},
 		{"tcp://[::1]:5557", 1, "tcp://[::1]:5558"},
+		{"tcp://[::]:5557", 1, "tcp://[::]:5558"},
 		{">tcp://10.0.0.5:5557", 3, ">tcp://10.0.0.5:5560"},
+		{"@tcp://0.0.0.0:5557", 1, "@tcp://0.0.0.0:5558"},
+		{"@ipc:///tmp/kv", 2, "@ipc:///tmp/kv_dp2"},
 		{"inproc://cache", 2, "inproc://cache_dp2"},
 		{"ipc:///tmp/kv", 1, "ipc:///tmp/kv_dp1"},
 		{"tcp://*:65535", 1, "error: out of range"},
@@ -93,20 +156,26 @@ func TestAddErrors(t *testing.T) {
 	}
 	defer l.Close()
 	taken := l.Addr().String()
-	if err := m.Add(Worker{ID: "a", KVEndpoint: "tcp://*:5557"}); err != nil {
+	takenPort := l.Addr().(*net.TCPAddr).Port
+	if err := m.Add(Worker{ID: "a", KVEndpoint: "tcp://127.0.0.1:5557"}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		w    Worker
 		want string
 	}{
-		{Worker{ID: "a", KVEndpoint: "tcp://*:5557"}, "already registered"},
-		{Worker{ID: "", KVEndpoint: "tcp://*:5557"}, "ID is empty"},
+		{Worker{ID: "a", KVEndpoint: "tcp://127.0.0.1:5557"}, "already registered"},
+		{Worker{ID: "", KVEndpoint: "tcp://127.0.0.1:5557"}, "ID is empty"},
 		{Worker{ID: "b"}, "no KV events endpoint"},
-		{Worker{ID: "b", KVEndpoint: "tcp://*:x"}, "bad port"},
-		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", ReplayEndpoint: "@tcp://*:5558"}, "cannot"},
-		{Worker{ID: "b", KVEndpoint: "tcp://*:5557", DPSize: kv.MaxDPSize + 1}, "out of range"},
-		{Worker{ID: "b", KVEndpoint: "tcp://" + taken}, "bind"},
+		{Worker{ID: "b", KVEndpoint: "tcp://127.0.0.1:x"}, "bad port"},
+		{Worker{ID: "b", KVEndpoint: "tcp://127.0.0.1:0"}, "cannot dial port 0"},
+		{Worker{ID: "b", KVEndpoint: "inproc://kv"}, "inproc"},
+		{Worker{ID: "b", KVEndpoint: "tcp://127.0.0.1:5557", ReplayEndpoint: "@tcp://127.0.0.1:5558"}, "cannot"},
+		{Worker{ID: "b", KVEndpoint: "tcp://127.0.0.1:5557", DPSize: kv.MaxDPSize + 1}, "out of range"},
+		{Worker{ID: "b", KVEndpoint: "@tcp://" + taken}, "bind @tcp://" + taken},
+		// vLLM's literal endpoint, with the engine already bound on the
+		// port: the router binds (and says why and what to write instead).
+		{Worker{ID: "b", KVEndpoint: fmt.Sprintf("tcp://*:%d", takenPort)}, "register the engine's address"},
 	}
 	for _, tt := range tests {
 		err := m.Add(tt.w)
@@ -155,7 +224,7 @@ func TestDataParallelRanks(t *testing.T) {
 		t.Cleanup(func() { pubs[r].Close() })
 	}
 	id := "dp"
-	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", base), DPSize: dp}); err != nil {
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", base), DPSize: dp}); err != nil {
 		t.Fatal(err)
 	}
 	for r := range gp {
@@ -280,9 +349,9 @@ func TestCloseStopsEverything(t *testing.T) {
 	}()
 	unused := freePort(t)
 	for _, w := range []Worker{
-		{ID: "dialing", KVEndpoint: fmt.Sprintf("tcp://*:%d", unused), DPSize: 2},
-		{ID: "bound", KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))},
-		{ID: "silent", KVEndpoint: ">tcp://" + silent.Addr().String(), ReplayEndpoint: "tcp://" + mute.Addr().String()},
+		{ID: "dialing", KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", unused), DPSize: 2},
+		{ID: "bound", KVEndpoint: fmt.Sprintf("@tcp://127.0.0.1:%d", freePort(t))},
+		{ID: "silent", KVEndpoint: "tcp://" + silent.Addr().String(), ReplayEndpoint: "tcp://" + mute.Addr().String()},
 	} {
 		if err := m.Add(w); err != nil {
 			t.Fatal(err)
@@ -296,7 +365,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Close took %v", d)
 	}
-	if err := m.Add(Worker{ID: "late", KVEndpoint: "tcp://*:5557"}); err == nil {
+	if err := m.Add(Worker{ID: "late", KVEndpoint: "tcp://127.0.0.1:5557"}); err == nil {
 		t.Error("Add after Close succeeded")
 	}
 	silent.Close()

@@ -16,7 +16,7 @@ func TestGarbage(t *testing.T) {
 	m, idx, _ := newTestManager(t, true)
 	p := newGoPub(t)
 	id := "garbage"
-	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port)}); err != nil {
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.port)}); err != nil {
 		t.Fatal(err)
 	}
 	warmUp(t, m, id, func() uint64 { return p.publish(t, nil) })
@@ -71,7 +71,7 @@ func TestManyWorkers(t *testing.T) {
 	for i := range pubs {
 		pubs[i] = newGoPub(t)
 		ids[i] = fmt.Sprintf("w%02d", i)
-		if err := m.Add(Worker{ID: ids[i], KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
+		if err := m.Add(Worker{ID: ids[i], KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pubs[i].port)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +172,7 @@ func removeAndAdd(t *testing.T, m *Manager, idx *radix.Index, ids []string, pubs
 		if m.Status(id) != nil {
 			t.Errorf("%s has a status after Remove", id)
 		}
-		if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", pubs[i].port)}); err != nil {
+		if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pubs[i].port)}); err != nil {
 			t.Error(err)
 			return false
 		}
@@ -187,7 +187,7 @@ func TestTopicEpochRestart(t *testing.T) {
 	m, idx, _ := newTestManager(t, true)
 	p := newGoPub(t)
 	id := "epoch"
-	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port), Topic: "kv"}); err != nil {
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.port), Topic: "kv"}); err != nil {
 		t.Fatal(err)
 	}
 	send := func(epoch string, seq uint64, events []map[string]any) {

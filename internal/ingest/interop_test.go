@@ -32,7 +32,7 @@ type pubSetup struct {
 	replay     int    // 0: none, 3 or 4: reply frames
 	topic      string // publisher topic
 	sub        string // router's topic prefix
-	routerBind bool   // the engine connects and the router binds
+	routerBind string // the router's endpoint (a format taking the port) when it binds and the engine connects
 }
 
 // start runs a publisher per s and registers it as worker id.
@@ -41,13 +41,13 @@ func (s pubSetup) start(t *testing.T, m *Manager, id string) *pyPub {
 	args := []string{"--form", s.form, "--topic-hex", hex.EncodeToString([]byte(s.topic))}
 	w := Worker{ID: id, Model: "m", Topic: s.sub}
 	var p *pyPub
-	if s.routerBind {
+	if s.routerBind != "" {
 		port := freePort(t)
-		w.KVEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", port)
+		w.KVEndpoint = fmt.Sprintf(s.routerBind, port)
 		if err := m.Add(w); err != nil {
 			t.Fatal(err)
 		}
-		args = append(args, "--pub", w.KVEndpoint)
+		args = append(args, "--pub", fmt.Sprintf("tcp://127.0.0.1:%d", port))
 		if s.replay > 0 {
 			t.Fatal("setup: router bind with replay is not modeled")
 		}
@@ -62,9 +62,9 @@ func (s pubSetup) start(t *testing.T, m *Manager, id string) *pyPub {
 		}
 	}
 	p = startPy(t, args...)
-	w.KVEndpoint = fmt.Sprintf("tcp://*:%d", p.PubPort)
+	w.KVEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", p.PubPort)
 	if s.replay > 0 {
-		w.ReplayEndpoint = fmt.Sprintf("tcp://*:%d", p.ReplayPort)
+		w.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)
 	}
 	if err := m.Add(w); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,10 @@ var interopSetups = []pubSetup{
 	{name: "map", form: "map"},
 	{name: "array_replay3", form: "array", replay: 3},
 	{name: "map_replay4_topic", form: "map", replay: 4, topic: "kv@pod-1@model\x00sgl-kv-epoch=abc", sub: "kv@pod-1@model"},
-	{name: "router_binds", form: "array", routerBind: true},
+	{name: "router_binds", form: "array", routerBind: "@tcp://127.0.0.1:%d"},
+	// vLLM's literal tcp://*:5557 registered: the router binds every
+	// interface and the engine connects to it.
+	{name: "router_binds_wildcard", form: "array", routerBind: "tcp://*:%d"},
 }
 
 // TestInteropBasic: stores, extensions, removes and a clear from a libzmq
@@ -222,9 +225,9 @@ func TestLostHistory(t *testing.T) {
 				args = append(args, "--replay", "tcp://*:0")
 			}
 			p := startPy(t, args...)
-			w.KVEndpoint = fmt.Sprintf("tcp://*:%d", p.PubPort)
+			w.KVEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", p.PubPort)
 			if p.ReplayPort != 0 {
-				w.ReplayEndpoint = fmt.Sprintf("tcp://*:%d", p.ReplayPort)
+				w.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)
 			}
 			if err := m.Add(w); err != nil {
 				t.Fatal(err)
@@ -279,9 +282,9 @@ func TestEngineRestart(t *testing.T) {
 				args = append(args, "--replay", "tcp://*:0")
 			}
 			p := startPy(t, args...)
-			w := Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.PubPort)}
+			w := Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.PubPort)}
 			if withReplay {
-				w.ReplayEndpoint = fmt.Sprintf("tcp://*:%d", p.ReplayPort)
+				w.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)
 			}
 			if err := m.Add(w); err != nil {
 				t.Fatal(err)

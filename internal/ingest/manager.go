@@ -65,7 +65,8 @@ type Worker struct {
 	Model string
 	// KVEndpoint is the rank 0 PUB endpoint; see ParseEndpoint.
 	KVEndpoint string
-	// ReplayEndpoint is the rank 0 ROUTER replay endpoint ("" if none).
+	// ReplayEndpoint is the rank 0 ROUTER replay endpoint ("" if none),
+	// always dialled (a wildcard host at loopback).
 	ReplayEndpoint string
 	// Topic is the topic prefix to subscribe to ("" for everything).
 	Topic string
@@ -229,7 +230,10 @@ func (m *Manager) Add(w Worker) error {
 		}
 		if err := r.listen(m.ctx); err != nil {
 			stopAll()
-			return fmt.Errorf("ingest: worker %q rank %d: bind %s: %w", w.ID, dp, r.ep, err)
+			return fmt.Errorf("ingest: worker %q rank %d: bind %s: %w%s", w.ID, dp, r.ep, err, r.ep.bindHint())
+		}
+		if r.ep.Bind {
+			r.log.Info("kv events: bound; waiting for the engine to connect", "endpoint", r.ep.String(), "listening", r.ln.Addr().String())
 		}
 		ranks = append(ranks, r)
 	}

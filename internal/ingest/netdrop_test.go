@@ -90,7 +90,7 @@ func TestNetworkDrop(t *testing.T) {
 	px := newProxy(t, fmt.Sprintf("127.0.0.1:%d", p.PubPort))
 	id := "drop"
 	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", px.port()),
-		ReplayEndpoint: fmt.Sprintf("tcp://*:%d", p.ReplayPort)}); err != nil {
+		ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)}); err != nil {
 		t.Fatal(err)
 	}
 	warmUp(t, m, id, func() uint64 { return p.publish(nil, false) })
@@ -138,7 +138,7 @@ func TestBackPressure(t *testing.T) {
 	defer m.Close()
 	p := newGoPub(t)
 	id := "slow"
-	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.port)}); err != nil {
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.port)}); err != nil {
 		t.Fatal(err)
 	}
 	close(gate) // let the warm-up through

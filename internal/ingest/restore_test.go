@@ -222,8 +222,8 @@ func runRestoreCase(t *testing.T, tc restoreCase) {
 	}
 	p := restorePub(t, 0, 0, "e1", extra...)
 	id, rw := "restore-"+tc.name, kv.WorkerRank{ID: "restore-" + tc.name}
-	w := Worker{ID: id, Topic: restoreTopic, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.PubPort),
-		ReplayEndpoint: fmt.Sprintf("tcp://*:%d", p.ReplayPort)}
+	w := Worker{ID: id, Topic: restoreTopic, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.PubPort),
+		ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)}
 	m1, idx1, _ := newTestManager(t, true)
 	ref, idxRef, _ := newTestManager(t, true) // never stops
 	for _, m := range []*Manager{m1, ref} {
@@ -311,8 +311,8 @@ func TestCheckpointCutsAreConsistent(t *testing.T) {
 	m, idx, _ := newTestManager(t, false)
 	p := startPy(t, "--pub", "tcp://*:0", "--replay", "tcp://*:0")
 	id, w := "cuts", kv.WorkerRank{ID: "cuts"}
-	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://*:%d", p.PubPort),
-		ReplayEndpoint: fmt.Sprintf("tcp://*:%d", p.ReplayPort)}); err != nil {
+	if err := m.Add(Worker{ID: id, KVEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.PubPort),
+		ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", p.ReplayPort)}); err != nil {
 		t.Fatal(err)
 	}
 	warmUp(t, m, id, func() uint64 { return p.publish(nil, false) })
