@@ -1,7 +1,9 @@
 package normalize
 
 import (
+	"cmp"
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -146,23 +148,91 @@ func hexMMHash[S string | []byte](id S) (uint64, bool) {
 // HashPrompt appends to out one BlockHash per full block of blockSize tokens
 // (a partial tail block is not hashed). Block i mixes in, in the order of mm,
 // the hashes of the items whose token range overlaps [i*blockSize, (i+1)*blockSize).
-// A blockSize below 1 hashes nothing.
+// A blockSize below 1 hashes nothing. It is PromptHasher.Hash with working
+// memory of its own; a caller that hashes many prompts keeps a PromptHasher.
 func HashPrompt(seed uint64, tokens []uint32, blockSize int, mm []MMItem, out []uint64) []uint64 {
+	var h PromptHasher
+	return h.Hash(seed, tokens, blockSize, mm, out)
+}
+
+// PromptHasher hashes prompts as HashPrompt does, keeping its working memory
+// from one call to the next. The zero value is ready to use; a PromptHasher
+// is not safe for concurrent use.
+//
+// Its work is linear in the prompt: the items are put in offset order once
+// (no work when they are listed in prompt order, as clients list them), then
+// one pass over the blocks moves a cursor over them, keeping the items that
+// overlap the current block. Each item is admitted once, and each block looks
+// only at the items that overlap it (which it must hash), plus those that
+// ended in the previous block. For items listed in prompt order that do not
+// overlap one another, that is at most blocks + 4*items item visits, where
+// scanning every item for every block was blocks*items (TestPromptHasherWork
+// counts them). Items listed out of order add their sort and, when admitted,
+// a shift past the items already active (for items that do not overlap, at
+// most those of two blocks). Items that overlap one another cost what the
+// hash input costs: a block mixes in every item that overlaps it.
+type PromptHasher struct {
+	order  []int    // items with a length, by offset (stable: list order among equal offsets)
+	active []int    // the items overlapping the current block, in list order
+	hs     []uint64 // the current block's item hashes
+	visits int      // item visits of the last Hash: its work beyond the tokens (tests read it)
+}
+
+// Hash appends the router block hashes of a prompt to out, as HashPrompt.
+func (h *PromptHasher) Hash(seed uint64, tokens []uint32, blockSize int, mm []MMItem, out []uint64) []uint64 {
+	h.visits = 0
 	if blockSize < 1 {
 		return out
 	}
-	var scratch [16]uint64
+	hashedEnd := uint64(len(tokens) / blockSize * blockSize) // tokens past it are in no hashed block
+	// The items that can overlap a hashed block, by offset.
+	h.order = h.order[:0]
+	inOrder := true
+	for i := range mm {
+		h.visits++
+		it := &mm[i]
+		if it.Length == 0 || uint64(it.Offset) >= hashedEnd {
+			continue
+		}
+		if n := len(h.order); n > 0 && it.Offset < mm[h.order[n-1]].Offset {
+			inOrder = false
+		}
+		h.order = append(h.order, i)
+	}
+	if !inOrder {
+		slices.SortStableFunc(h.order, func(a, b int) int { return cmp.Compare(mm[a].Offset, mm[b].Offset) })
+	}
+	h.active = h.active[:0]
+	next := 0 // the cursor: h.order[next:] begin at or past the current block's end
 	for start := 0; start+blockSize <= len(tokens); start += blockSize {
-		hs := scratch[:0]
 		end := uint64(start + blockSize)
-		for _, it := range mm {
-			if it.Length == 0 {
-				continue
+		// Admit the items that begin in this block (they overlap it: each
+		// has a length), each at its place in list order.
+		for ; next < len(h.order) && uint64(mm[h.order[next]].Offset) < end; next++ {
+			h.visits++
+			i := h.order[next]
+			j := len(h.active)
+			h.active = append(h.active, i)
+			for ; j > 0 && h.active[j-1] > i; j-- {
+				h.visits++
+				h.active[j] = h.active[j-1]
 			}
-			if uint64(it.Offset) < end && uint64(it.Offset)+uint64(it.Length) > uint64(start) {
-				hs = append(hs, it.Hash)
+			h.active[j] = i
+		}
+		if len(h.active) == 0 {
+			out = append(out, BlockHash(seed, tokens[start:end], nil))
+			continue
+		}
+		// Drop the items that ended before this block; mix in the rest.
+		hs, kept := h.hs[:0], h.active[:0]
+		for _, i := range h.active {
+			h.visits++
+			if uint64(mm[i].Offset)+uint64(mm[i].Length) > uint64(start) {
+				kept = append(kept, i)
+				hs = append(hs, mm[i].Hash)
 			}
 		}
+		h.active, h.hs = kept, hs
 		out = append(out, BlockHash(seed, tokens[start:end], hs))
 	}
 	return out

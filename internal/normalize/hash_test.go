@@ -1,9 +1,12 @@
 package normalize
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -335,5 +338,99 @@ func writeHashVectors(t *testing.T) {
 	}
 	if err := os.WriteFile(vectorsPath, append(data, '\n'), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hashPromptScan is HashPrompt as it was before PromptHasher: every item
+// looked at for every block. The reference the cursor pass must equal.
+func hashPromptScan(seed uint64, tokens []uint32, blockSize int, mm []MMItem, out []uint64) []uint64 {
+	if blockSize < 1 {
+		return out
+	}
+	for start := 0; start+blockSize <= len(tokens); start += blockSize {
+		var hs []uint64
+		end := uint64(start + blockSize)
+		for _, it := range mm {
+			if it.Length != 0 && uint64(it.Offset) < end && uint64(it.Offset)+uint64(it.Length) > uint64(start) {
+				hs = append(hs, it.Hash)
+			}
+		}
+		out = append(out, BlockHash(seed, tokens[start:end], hs))
+	}
+	return out
+}
+
+// TestPromptHasherMatchesScan: the cursor pass gives the hashes of scanning
+// every item for every block, for items in and out of order, overlapping,
+// empty, past the hashed blocks or past uint32's range, with one hasher
+// reused across prompts.
+func TestPromptHasherMatchesScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 1))
+	var h PromptHasher
+	for iter := range 3000 {
+		blockSize := 1 + rng.IntN(20)
+		toks := seqTokens(rng.IntN(1000), rng.IntN(12*blockSize))
+		items := make([]MMItem, rng.IntN(12))
+		span := len(toks) + 8
+		for i := range items {
+			items[i] = MMItem{Hash: rng.Uint64(), Offset: uint32(rng.IntN(span)), Length: uint32(rng.IntN(3 * blockSize))}
+			switch rng.IntN(10) {
+			case 0:
+				items[i].Length = 0
+			case 1:
+				items[i].Offset, items[i].Length = math.MaxUint32-1, math.MaxUint32
+			case 2:
+				items[i].Length = math.MaxUint32
+			}
+		}
+		if rng.IntN(2) == 0 { // as clients list them
+			slices.SortStableFunc(items, func(a, b MMItem) int { return cmp.Compare(a.Offset, b.Offset) })
+		}
+		seed := rng.Uint64()
+		want := hashPromptScan(seed, toks, blockSize, items, []uint64{1})
+		if got := h.Hash(seed, toks, blockSize, items, []uint64{1}); !slices.Equal(got, want) {
+			t.Fatalf("iter %d: block size %d, %d tokens, items %+v:\ncursor %x\nscan   %x", iter, blockSize, len(toks), items, got, want)
+		}
+		if got := HashPrompt(seed, toks, blockSize, items, []uint64{1}); !slices.Equal(got, want) {
+			t.Fatalf("iter %d: HashPrompt differs from the scan", iter)
+		}
+	}
+}
+
+// TestPromptHasherWork: hashing N items over B blocks visits items O(N + B)
+// times (counted, not timed), where the scan visited N*B.
+func TestPromptHasherWork(t *testing.T) {
+	for _, c := range []struct {
+		nTokens, items, itemLen int
+		shuffle                 bool
+	}{
+		{262144, 40000, 4, false},   // the attack: 16,384 blocks
+		{262144, 40000, 4, true},    // the same, listed in random order
+		{262144, 1024, 200, false},  // items spanning several blocks
+		{262144, 16384, 16, false},  // one item per block, aligned
+		{1 << 20, 100000, 1, false}, // 4 million tokens, 100,000 one-token items
+		{4096, 40000, 0, false},     // more items than tokens: empty ones
+	} {
+		items := spreadItems(c.items, c.nTokens, c.itemLen)
+		if c.itemLen == 0 {
+			for i := range items {
+				items[i].Length = 0
+			}
+		}
+		if c.shuffle {
+			rand.New(rand.NewPCG(1, 2)).Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+		}
+		toks := make([]uint32, c.nTokens)
+		var h PromptHasher
+		out := h.Hash(1, toks, 16, items, nil)
+		n, b := len(items), len(out)
+		bound := b + 4*n
+		if c.shuffle {
+			bound = b + 4*n + 2*16*n // plus shifts past at most two blocks' items
+		}
+		if h.visits > bound {
+			t.Errorf("%d items over %d blocks (shuffled %v): %d item visits, over %d", n, b, c.shuffle, h.visits, bound)
+		}
+		t.Logf("%d items over %d blocks (shuffled %v): %d item visits (bound %d; a scan of every item per block: %d)", n, b, c.shuffle, h.visits, bound, n*b)
 	}
 }
