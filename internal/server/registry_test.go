@@ -32,9 +32,9 @@ func TestRegistrationErrorsNameTheField(t *testing.T) {
 		{"bad endpoint", &kvrouterv1.Worker{WorkerId: "x", Model: "m", Endpoint: "no-port"}, "worker.endpoint"},
 		{"bad events endpoint", &kvrouterv1.Worker{WorkerId: "x", Model: "m", KvEventsEndpoint: "udp://1.2.3.4:5"}, "worker.kv_events_endpoint"},
 		{"replay the router would bind", &kvrouterv1.Worker{WorkerId: "x", Model: "m",
-			KvEventsEndpoint: ">tcp://127.0.0.1:1", ReplayEndpoint: "@tcp://127.0.0.1:2"}, "worker.replay_endpoint"},
+			KvEventsEndpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "@tcp://127.0.0.1:2"}, "worker.replay_endpoint"},
 		{"bad replay scheme", &kvrouterv1.Worker{WorkerId: "x", Model: "m",
-			KvEventsEndpoint: ">tcp://127.0.0.1:1", ReplayEndpoint: "udp://127.0.0.1:2"}, "worker.replay_endpoint"},
+			KvEventsEndpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "udp://127.0.0.1:2"}, "worker.replay_endpoint"},
 		{"dp size", &kvrouterv1.Worker{WorkerId: "x", Model: "m", DpSize: kv.MaxDPSize + 1}, "worker.dp_size"},
 	} {
 		err := reg(tc.w)
@@ -47,8 +47,9 @@ func TestRegistrationErrorsNameTheField(t *testing.T) {
 }
 
 // A registration whose event subscription cannot start (its bind address is
-// taken) leaves no trace in the registry or the router, and the same id can
-// register again.
+// taken: vLLM's literal tcp://*:PORT registered while an engine is bound on
+// PORT) leaves no trace in the registry or the router, says what to register
+// instead, and the same id can register again.
 func TestRegistrationRollsBackWhenIngestFails(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
@@ -57,16 +58,17 @@ func TestRegistrationRollsBackWhenIngestFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: "tcp://" + taken.Addr().String()}
+	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: fmt.Sprintf("tcp://*:%d", taken.Addr().(*net.TCPAddr).Port)}
 	_, err = e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w})
 	wantCode(t, err, codes.InvalidArgument, "worker.kv_events_endpoint")
+	wantCode(t, err, codes.InvalidArgument, "register the engine's address")
 	lw, err := e.registry.ListWorkers(c, &kvrouterv1.ListWorkersRequest{})
 	if err != nil || len(lw.GetWorkers()) != 0 {
 		t.Fatalf("ListWorkers after a failed registration = %v, %v; want none", lw, err)
 	}
 	_, err = e.router.Score(c, &kvrouterv1.ScoreRequest{Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: make([]uint32, 32)}})
 	wantCode(t, err, codes.NotFound, `"m"`)
-	w.KvEventsEndpoint = fmt.Sprintf(">tcp://127.0.0.1:%d", freePort(t))
+	w.KvEventsEndpoint = "tcp://" + taken.Addr().String() // dialled
 	if _, err := e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
 		t.Fatalf("registering again after the rollback: %v", err)
 	}
@@ -110,7 +112,7 @@ func TestLoadErrorsOverGRPC(t *testing.T) {
 func TestUnregisterAfterIngestForgot(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
-	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", freePort(t))}
+	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))}
 	if _, err := e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
 		t.Fatal(err)
 	}

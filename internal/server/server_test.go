@@ -113,7 +113,7 @@ func TestScoreAndRouteFollowEngineEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []*kvrouterv1.Worker{
-		{WorkerId: "engine-a", Model: "m", Endpoint: "a:8000", KvEventsEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", port)},
+		{WorkerId: "engine-a", Model: "m", Endpoint: "a:8000", KvEventsEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port)},
 		{WorkerId: "approx-b", Model: "m", Endpoint: "b:8000"},
 		{WorkerId: "other-model", Model: "m2", Endpoint: "c:8000"},
 	} {

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+)
+
+// TestValidateEndpoints: registration accepts every endpoint form ingest
+// does (a concrete host is dialled, a wildcard host or '@' bound, '>'
+// dialled, ipc), for rank 0 and the last rank, and refuses the rest naming
+// the field, before ingest starts.
+func TestValidateEndpoints(t *testing.T) {
+	tests := []struct {
+		kv, replay string
+		dp         uint32
+		want       string // "" or the error's field and a substring
+	}{
+		{"tcp://10.0.0.5:5557", "tcp://10.0.0.5:5558", 4, ""},
+		{"tcp://[fd00::5]:5557", "", 2, ""},
+		{"tcp://engine-0.local:5557", "tcp://engine-0.local:5558", 1, ""},
+		{"tcp://*:5557", "", 2, ""}, // the router binds every interface
+		{"tcp://0.0.0.0:5557", "", 1, ""},
+		{"tcp://[::]:5557", "", 1, ""},
+		{">tcp://10.0.0.5:5557", ">tcp://10.0.0.5:5558", 1, ""},
+		{"@tcp://10.0.0.1:5557", "", 1, ""},
+		{"ipc:///tmp/kv", "ipc:///tmp/replay", 2, ""},
+		{"tcp://127.0.0.1:5557", "tcp://*:5558", 1, ""}, // replay: dialled at loopback
+		{"inproc://kv", "", 1, "worker.kv_events_endpoint|inproc"},
+		{"udp://10.0.0.5:5557", "", 1, "worker.kv_events_endpoint|unsupported transport"},
+		{"tcp://10.0.0.5:0", "", 1, "worker.kv_events_endpoint|port 0"},
+		{"tcp://10.0.0.5:65535", "", 2, "worker.kv_events_endpoint|out of range"},
+		{"tcp://*:65535", "", 2, "worker.kv_events_endpoint|out of range"},
+		{"tcp://10.0.0.5", "", 1, "worker.kv_events_endpoint|missing port"},
+		{"tcp://10.0.0.5:5557", "@tcp://10.0.0.5:5558", 1, "worker.replay_endpoint|binds its replay socket"},
+		{"tcp://10.0.0.5:5557", "tcp://*:0", 1, "worker.replay_endpoint|port 0"},
+		{"tcp://10.0.0.5:5557", "inproc://replay", 1, "worker.replay_endpoint|inproc"},
+	}
+	for _, tt := range tests {
+		w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: tt.kv, ReplayEndpoint: tt.replay, DpSize: tt.dp}
+		err := validate(w)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("validate(kv %q, replay %q, dp %d) = %v", tt.kv, tt.replay, tt.dp, err)
+			}
+			continue
+		}
+		field, text, _ := strings.Cut(tt.want, "|")
+		if err == nil || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), text) {
+			t.Errorf("validate(kv %q, replay %q, dp %d) = %v; want an error naming %s with %q", tt.kv, tt.replay, tt.dp, err, field, text)
+		}
+	}
+}
