@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeEndpointConfig writes a config file with one static worker whose
+// kv_events_endpoint is ep, as the README's example does.
+func writeEndpointConfig(t *testing.T, ep string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := fmt.Sprintf("workers:\n  - worker_id: vllm-0\n    model: m\n    kv_events_endpoint: %q\n", ep)
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigEndpointConcreteHostIsDialled: kv_events_endpoint
+// tcp://127.0.0.1:PORT, the address where an engine bound (as vLLM's
+// tcp://*:PORT does), makes the router dial it.
+func TestConfigEndpointConcreteHostIsDialled(t *testing.T) {
+	engine, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	startRouter(t, "--config", writeEndpointConfig(t, "tcp://"+engine.Addr().String()))
+	engine.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
+	nc, err := engine.Accept()
+	if err != nil {
+		t.Fatalf("the router never dialled the engine's address: %v", err)
+	}
+	nc.Close()
+}
+
+// TestConfigEndpointWildcardBinds: vLLM's literal tcp://*:PORT makes the
+// router bind PORT on every interface for an engine that connects; with an
+// engine already bound on PORT the router refuses to start and says what to
+// register instead.
+func TestConfigEndpointWildcardBinds(t *testing.T) {
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	startRouter(t, "--config", writeEndpointConfig(t, fmt.Sprintf("tcp://*:%d", port)))
+	nc, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the router is not listening for engines on tcp://*:%d: %v", port, err)
+	}
+	nc.Close()
+
+	engine, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	ep := fmt.Sprintf("tcp://*:%d", engine.Addr().(*net.TCPAddr).Port)
+	out, err := exec.Command(binary, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--state-dir", t.TempDir(), "--config", writeEndpointConfig(t, ep)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "address already in use") || !strings.Contains(string(out), "register the engine's address") {
+		t.Fatalf("router with %s while an engine is bound there: err=%v output=%s; want a failure saying what to register", ep, err, out)
+	}
+}
