@@ -118,7 +118,8 @@ func boundEndpoint(ep string, addr net.Addr) string {
 	return ep[:i+1] + strconv.Itoa(tcp.Port)
 }
 
-// Endpoint is the PUB socket's bound address (with the real port).
+// Endpoint is the PUB socket's bound address (with the real port), which a
+// worker registers as is: the router dials a concrete host.
 func (p *Publisher) Endpoint() string { return p.endpoint }
 
 // ReplayEndpoint is the ROUTER socket's bound address, or "" without replay.

@@ -183,7 +183,7 @@ func workerDiff(f *Fleet, i int, model string, w *kvrouterv1.Worker) string {
 		}
 	}
 	check("model", w.GetModel(), model)
-	check("kv_events_endpoint", w.GetKvEventsEndpoint(), EngineSide(e.Endpoint()))
+	check("kv_events_endpoint", w.GetKvEventsEndpoint(), e.Endpoint())
 	check("replay_endpoint", w.GetReplayEndpoint(), e.ReplayEndpoint())
 	if n := w.GetDpSize(); n > 1 {
 		d = append(d, fmt.Sprintf("dp_size %d, registered 1", n))

@@ -27,9 +27,9 @@ type mirrorRouter struct {
 func (m *mirrorRouter) ListWorkers(context.Context, *kvrouterv1.ListWorkersRequest) (*kvrouterv1.ListWorkersResponse, error) {
 	resp := &kvrouterv1.ListWorkersResponse{}
 	for i, e := range m.fleet.Engines {
-		w := &kvrouterv1.Worker{WorkerId: e.ID(), Model: "m", KvEventsEndpoint: EngineSide(e.Endpoint()), ReplayEndpoint: e.ReplayEndpoint()}
+		w := &kvrouterv1.Worker{WorkerId: e.ID(), Model: "m", KvEventsEndpoint: e.Endpoint(), ReplayEndpoint: e.ReplayEndpoint()}
 		if i == 2 {
-			w.KvEventsEndpoint = "tcp://*:1"
+			w.KvEventsEndpoint = "tcp://127.0.0.1:1"
 		}
 		resp.Workers = append(resp.Workers, &kvrouterv1.WorkerStatus{
 			Worker: w, CachedBlocks: uint64(e.Stats().CachedNow + m.extra[i]), Restore: []string{RestoreRestored, RestoreRebuilt, ""}[i],

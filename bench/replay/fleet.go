@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
@@ -65,17 +64,6 @@ func (f *Fleet) Index(id string) (int, bool) {
 	return i, ok
 }
 
-// EngineSide rewrites a bound "tcp://127.0.0.1:PORT" endpoint into the form
-// an engine is configured with, "tcp://*:PORT": the engine binds, so the
-// router connects (to loopback) rather than binding itself.
-func EngineSide(ep string) string {
-	const lo = "tcp://127.0.0.1:"
-	if strings.HasPrefix(ep, lo) {
-		return "tcp://*:" + ep[len(lo):]
-	}
-	return ep
-}
-
 // Close stops every engine.
 func (f *Fleet) Close() {
 	for _, e := range f.Engines {
@@ -92,7 +80,7 @@ func (f *Fleet) Register(ctx context.Context, reg kvrouterv1.RegistryClient, mod
 			WorkerId:         e.ID(),
 			Model:            model,
 			Endpoint:         "sim://" + e.ID(),
-			KvEventsEndpoint: EngineSide(e.Endpoint()),
+			KvEventsEndpoint: e.Endpoint(), // where the engine bound: the router dials it
 			ReplayEndpoint:   e.ReplayEndpoint(),
 			DpSize:           1,
 			BlockSize:        16,

@@ -32,18 +32,6 @@ func TestClock(t *testing.T) {
 	}
 }
 
-func TestEngineSide(t *testing.T) {
-	for in, want := range map[string]string{
-		"tcp://127.0.0.1:5557": "tcp://*:5557",
-		"tcp://*:5557":         "tcp://*:5557",
-		"ipc:///tmp/x":         "ipc:///tmp/x",
-	} {
-		if got := EngineSide(in); got != want {
-			t.Errorf("EngineSide(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // fakeRouter routes every prompt to worker (seq mod n) and records marks.
 type fakeRouter struct {
 	kvrouterv1.UnimplementedRouterServer

@@ -213,7 +213,7 @@ func runLoad(ctx context.Context, args []string) error {
 		for w, ranks := range fleet.workers {
 			wk := &kvrouterv1.Worker{
 				WorkerId: fmt.Sprintf("load-%04d", w), Model: *model, Endpoint: fmt.Sprintf("sim://load-%04d", w),
-				KvEventsEndpoint: replay.EngineSide(ranks[0].Endpoint()), DpSize: uint32(*dp), BlockSize: 16,
+				KvEventsEndpoint: ranks[0].Endpoint(), DpSize: uint32(*dp), BlockSize: 16,
 			}
 			if _, err := reg.RegisterWorker(ctx, &kvrouterv1.RegisterWorkerRequest{Worker: wk}); err != nil {
 				return fmt.Errorf("register %s: %w", wk.WorkerId, err)

@@ -594,7 +594,7 @@ func (r *restartRun) run(ctx context.Context) (*restartResult, error) {
 	if cfg.reregister {
 		for _, e := range r.fleet.Engines { // as Fleet.Register, without waiting for subscribers
 			w := &kvrouterv1.Worker{WorkerId: e.ID(), Model: cfg.model, Endpoint: "sim://" + e.ID(),
-				KvEventsEndpoint: replay.EngineSide(e.Endpoint()), ReplayEndpoint: e.ReplayEndpoint(), DpSize: 1, BlockSize: 16}
+				KvEventsEndpoint: e.Endpoint(), ReplayEndpoint: e.ReplayEndpoint(), DpSize: 1, BlockSize: 16}
 			if _, err := second.Registry.RegisterWorker(ctx, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
 				return nil, fmt.Errorf("register %s again: %w", e.ID(), err)
 			}
