@@ -1,10 +1,12 @@
 package scoring
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,7 +118,7 @@ func BenchmarkHashPrompt(b *testing.B) {
 func BenchmarkRouteWithManyActive(b *testing.B) {
 	var t time.Time
 	clock := func() time.Time { t = t.Add(time.Second); return t }
-	r, err := New(Config{Index: radix.New(radix.Config{}), BlockSize: bs, now: clock, RequestTTL: 1000 * time.Hour, Seed: 7})
+	r, err := New(Config{Index: radix.New(radix.Config{}), BlockSize: bs, now: clock, RequestTTL: 1000 * time.Hour, MaxActiveRequests: 1 << 20, Seed: 7})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,4 +146,53 @@ func BenchmarkRouteWithManyActive(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkScoreManyItems is one Score of a 262,144-token prompt with
+// multimodal items spread over it (4 tokens each, each id a 64-hex-digit
+// content hash): 1,024 is the default limit, 40,000 the attack of issue 20,
+// refused past the limit. cpu-ms/op is the process CPU time of one call.
+func BenchmarkScoreManyItems(b *testing.B) {
+	const nTokens = 262144
+	toks := make([]uint32, nTokens)
+	for i := range toks {
+		toks[i] = uint32(i)
+	}
+	r, err := New(Config{Index: radix.New(radix.Config{}), BlockSize: bs, Seed: 7})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.AddWorker(Worker{ID: "w", Model: "m"}); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1024, 40000} {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			p := &Prompt{Model: "m", Tokens: toks, MM: make([]MMItem, n)}
+			step := nTokens / n
+			for i := range p.MM {
+				p.MM[i] = MMItem{Hash: fmt.Sprintf("%064x", i+1), Offset: uint32(i * step), Length: 4}
+			}
+			refused := 0
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if _, err := r.Score(p); err != nil {
+					if !errors.Is(err, ErrInvalidArgument) {
+						b.Fatal(err)
+					}
+					refused = 1
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(refused), "refused")
+		})
+	}
+}
+
+// cpuTime returns the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

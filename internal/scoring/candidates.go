@@ -1,8 +1,6 @@
 package scoring
 
 import (
-	"fmt"
-
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -13,6 +11,7 @@ type scratch struct {
 	hashes  []uint64
 	chain   []uint64
 	mmItems []normalize.MMItem
+	hasher  normalize.PromptHasher
 	matches []radix.Score
 	depth   []uint32 // per model rank: union depth
 	radixM  []uint32 // per model rank: radix matched
@@ -33,16 +32,14 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// evaluate hashes and matches p against the index and the overlay. It fills
-// s.radixM, s.depth and s.byTier (and, with withCached, s.cached) per rank of
-// the model's rank list, which it returns. The caller holds r.mu for reading.
+// evaluate matches p's hashes (s.hashes, from preparePrompt) against the
+// index and the overlay. It fills s.radixM, s.depth and s.byTier (and, with
+// withCached, s.cached) per rank of the model's rank list, which it returns.
+// The caller holds r.mu for reading.
 func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, error) {
-	if err := r.hashPrompt(p, s); err != nil {
-		return nil, err
-	}
 	ranks := r.models[p.Model]
-	if len(ranks) == 0 {
-		return nil, fmt.Errorf("%w: no registered worker serves model %q", ErrNotFound, p.Model)
+	if len(ranks) == 0 { // (the model's last worker left since preparePrompt)
+		return nil, errNoWorker(p.Model)
 	}
 	n := len(ranks)
 	s.radixM = resize(s.radixM, n)

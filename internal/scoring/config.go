@@ -51,6 +51,16 @@ type Config struct {
 	// Seed seeds the tie-break and sampling randomness (0: random).
 	Seed uint64
 
+	// MaxMMItems bounds a prompt's multimodal items.
+	MaxMMItems int
+	// MaxRequestIDBytes bounds a request_id's length in bytes.
+	MaxRequestIDBytes int
+	// MaxActiveRequests bounds the routed requests (with a request_id) not
+	// yet finished or expired; a Route past it is refused.
+	MaxActiveRequests int
+	// MaxWorkers bounds the registered workers.
+	MaxWorkers int
+
 	// approxTTL bounds a predicted block's life on a worker without events.
 	// No caller outside the package sets it; its tests shorten it.
 	approxTTL time.Duration
@@ -76,6 +86,10 @@ func DefaultConfig() Config {
 		PredictionCapacity:  8192,
 		PredictionMaxBlocks: 64, // 1,024 tokens at block size 16
 		ApproxCapacity:      16384,
+		MaxMMItems:          1024,
+		MaxRequestIDBytes:   256,
+		MaxActiveRequests:   100_000,
+		MaxWorkers:          10_000,
 		approxTTL:           time.Hour,
 		now:                 time.Now,
 	}
@@ -114,6 +128,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ApproxCapacity <= 0 {
 		c.ApproxCapacity = d.ApproxCapacity
 	}
+	if c.MaxMMItems <= 0 {
+		c.MaxMMItems = d.MaxMMItems
+	}
+	if c.MaxRequestIDBytes <= 0 {
+		c.MaxRequestIDBytes = d.MaxRequestIDBytes
+	}
+	if c.MaxActiveRequests <= 0 {
+		c.MaxActiveRequests = d.MaxActiveRequests
+	}
+	if c.MaxWorkers <= 0 {
+		c.MaxWorkers = d.MaxWorkers
+	}
 	if c.approxTTL <= 0 {
 		c.approxTTL = d.approxTTL
 	}
@@ -129,4 +155,24 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// Limits are the bounds a Router puts on a call's work and on its tables.
+type Limits struct {
+	MaxPromptTokens   int
+	MaxMMItems        int
+	MaxRequestIDBytes int
+	MaxActiveRequests int
+	MaxWorkers        int
+}
+
+// Limits returns the bounds r enforces (its Config's, defaults filled in).
+func (r *Router) Limits() Limits {
+	return Limits{
+		MaxPromptTokens:   r.cfg.MaxPromptTokens,
+		MaxMMItems:        r.cfg.MaxMMItems,
+		MaxRequestIDBytes: r.cfg.MaxRequestIDBytes,
+		MaxActiveRequests: r.cfg.MaxActiveRequests,
+		MaxWorkers:        r.cfg.MaxWorkers,
+	}
 }

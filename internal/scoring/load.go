@@ -13,6 +13,7 @@ type loadTable struct {
 	mu         sync.Mutex
 	requests   map[string]*request
 	head, tail *request // oldest, newest
+	max        int      // requests at most (Config.MaxActiveRequests)
 }
 
 type request struct {
@@ -55,16 +56,44 @@ func (r *Router) Loads() []Load {
 
 // MarkPrefillDone moves a request's load from prefill to decode.
 func (r *Router) MarkPrefillDone(requestID string) error {
+	if err := r.checkRequestID(requestID); err != nil {
+		return err
+	}
 	return r.load.prefillDone(requestID)
 }
 
 // MarkFinished ends a request's load.
 func (r *Router) MarkFinished(requestID string) error {
+	if err := r.checkRequestID(requestID); err != nil {
+		return err
+	}
 	return r.load.finish(requestID)
 }
 
-func newLoadTable() *loadTable {
-	return &loadTable{requests: make(map[string]*request)}
+// ActiveRequests returns the number of routed requests not yet finished or
+// expired.
+func (r *Router) ActiveRequests() int {
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	return len(r.load.requests)
+}
+
+func newLoadTable(max int) *loadTable {
+	return &loadTable{requests: make(map[string]*request), max: max}
+}
+
+// checkRoom reports whether one more request fits.
+func (t *loadTable) checkRoom() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.roomLocked()
+}
+
+func (t *loadTable) roomLocked() error {
+	if len(t.requests) >= t.max {
+		return limitError(LimitActiveRequests, ErrResourceExhausted, "%d routed requests are active, the limit (--max-active-requests); finish requests with MarkFinished", len(t.requests))
+	}
+	return nil
 }
 
 func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decodeBlocks int64, expires time.Time) error {
@@ -72,6 +101,9 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	defer t.mu.Unlock()
 	if _, ok := t.requests[id]; ok {
 		return fmt.Errorf("%w: request_id %q is already active", ErrAlreadyExists, id)
+	}
+	if err := t.roomLocked(); err != nil {
+		return err
 	}
 	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
 	t.requests[id] = q

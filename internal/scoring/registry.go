@@ -51,10 +51,16 @@ func (r *Router) AddWorker(w Worker) error {
 	if w.DPSize <= 0 {
 		w.DPSize = 1
 	}
+	if w.DPSize > kv.MaxDPSize {
+		return limitError(LimitDPSize, ErrInvalidArgument, "worker.dp_size %d is over the limit of %d", w.DPSize, kv.MaxDPSize)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.workers[w.ID]; ok {
 		return fmt.Errorf("%w: worker_id %q is already registered", ErrAlreadyExists, w.ID)
+	}
+	if len(r.workers) >= r.cfg.MaxWorkers {
+		return limitError(LimitWorkers, ErrResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.ID, len(r.workers))
 	}
 	wk := &worker{Worker: w}
 	for i := 0; i < w.DPSize; i++ {

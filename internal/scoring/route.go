@@ -15,10 +15,22 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 	if temperature < 0 || math.IsNaN(temperature) || math.IsInf(temperature, 0) {
 		return nil, fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
 	}
+	if err := r.checkRequestID(requestID); err != nil {
+		return nil, err
+	}
 	now := r.cfg.now()
 	r.load.expire(now)
+	if requestID != "" {
+		// Refused before any work; add checks again, under its lock.
+		if err := r.load.checkRoom(); err != nil {
+			return nil, err
+		}
+	}
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
+	if err := r.preparePrompt(p, s); err != nil {
+		return nil, err
+	}
 	r.mu.RLock()
 	dec, err := r.routeLocked(p, s, requestID, temperature, maxCandidates, now)
 	r.mu.RUnlock()
@@ -29,7 +41,15 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 	return dec, nil
 }
 
-// routeLocked is Route's work under r.mu's read lock: evaluate the prompt,
+// checkRequestID bounds a request_id's length (MaxRequestIDBytes).
+func (r *Router) checkRequestID(id string) error {
+	if len(id) > r.cfg.MaxRequestIDBytes {
+		return limitError(LimitRequestIDBytes, ErrInvalidArgument, "request_id has %d bytes, over --max-request-id-bytes %d", len(id), r.cfg.MaxRequestIDBytes)
+	}
+	return nil
+}
+
+// routeLocked is Route's work under r.mu's read lock: match the prompt,
 // cost the candidates, choose one, then record the choice as load and
 // predictions. Recording happens under the read lock too, which keeps chosen
 // registered: a RemoveWorker in between would leave a request on a dead rank

@@ -29,6 +29,9 @@ type Router struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	// hashed, when set (by tests), is called right after a prompt is hashed.
+	hashed func()
 }
 
 // New returns a Router for cfg.
@@ -48,7 +51,7 @@ func New(cfg Config) (*Router, error) {
 		models:  make(map[string][]*rank),
 		ranks:   make(map[kv.WorkerRank]*rank),
 		overlay: newOverlay(),
-		load:    newLoadTable(),
+		load:    newLoadTable(cfg.MaxActiveRequests),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 	r.pool.New = func() any { return new(scratch) }

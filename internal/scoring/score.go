@@ -30,6 +30,9 @@ type ScoreResult struct {
 func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
+	if err := r.preparePrompt(p, s); err != nil {
+		return nil, err
+	}
 	r.mu.RLock()
 	ranks, err := r.evaluate(p, s, true)
 	if err != nil {
