@@ -71,7 +71,7 @@ func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
 			zero = true
 			continue
 		}
-		for i := mix(h) & mask; ; i = (i + 1) & mask {
+		for i := Mix(h) & mask; ; i = (i + 1) & mask {
 			if t[i] == h {
 				return h, RunRepeated
 			}
@@ -82,15 +82,4 @@ func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
 		}
 	}
 	return 0, RunOK
-}
-
-// mix is a 64-bit finalizer (MurmurHash3's fmix64): a bijection that keeps 0
-// at 0 and spreads every input bit over the output.
-func mix(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
 }

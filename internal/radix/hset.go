@@ -1,6 +1,10 @@
 package radix
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
 
 // hset is an immutable set of holder entries (see entrySlot), shared by every
 // node whose holders are exactly these. It is kept in one of two forms, which
@@ -148,4 +152,4 @@ func equalEntries(a, b []uint64) bool {
 	return true
 }
 
-func mixEntry(e uint64) uint64 { return fmix64(e ^ 0x5bd1e9955bd1e995) }
+func mixEntry(e uint64) uint64 { return kv.Mix(e ^ 0x5bd1e9955bd1e995) }

@@ -1,5 +1,7 @@
 package radix
 
+import "github.com/kvrouter/kvrouter/internal/kv"
+
 // rootKey is the path key of every shard's root.
 const rootKey = 0x6b76726f75746572 // "kvrouter"
 
@@ -7,7 +9,7 @@ const rootKey = 0x6b76726f75746572 // "kvrouter"
 // parent key it is a bijection of h, so two children of one node never share a
 // key; keys of different paths may collide and are told apart by parent id.
 func pathKey(parent, h uint64) uint64 {
-	return fmix64(parent ^ (h * 0x9e3779b97f4a7c15))
+	return kv.Mix(parent ^ (h * 0x9e3779b97f4a7c15))
 }
 
 // PrefixKeys appends to out one key per block hash: the key of the prefix up

@@ -50,7 +50,7 @@ func randPrompt(r *rand.Rand, n int) []uint64 {
 func (g *opGen) eh(w kv.WorkerRank, path []uint64) uint64 {
 	h := g.salt[w]
 	for _, b := range path {
-		h = fmix64(h ^ b*0x9e3779b97f4a7c15)
+		h = kv.Mix(h ^ b*0x9e3779b97f4a7c15)
 	}
 	return h % 100000
 }

@@ -1,6 +1,10 @@
 package radix
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
 
 // shardOf picks the shard of a segment by the path key of its first node.
 //
@@ -13,7 +17,7 @@ func (ix *Index) shardOf(k uint64) int {
 	if ix.shift == 64 {
 		return 0
 	}
-	return int(fmix64(k^0x2545f4914f6cdd1d) >> ix.shift)
+	return int(kv.Mix(k^0x2545f4914f6cdd1d) >> ix.shift)
 }
 
 // segmentEnd returns the depth at which the segment holding depth d ends:

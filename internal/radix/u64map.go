@@ -1,6 +1,10 @@
 package radix
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
 
 // u64map is an open-addressing hash map from uint64 to uint64: linear probing
 // over one array of {key, value} slots, a multiple of 4 slots (a hash picks
@@ -8,7 +12,7 @@ import "math/bits"
 // slot: a large table is page-aligned, so a group is one cache line and most
 // lookups read one line), deletion by backward shift so there are no
 // tombstones, growth at 70% load and shrinking below 25%. Slots hold keys
-// mixed by fmix64 (a bijection that keeps 0 at 0), so a slot's home is one
+// mixed by kv.Mix (fmix64, a bijection that keeps 0 at 0), so a slot's home is one
 // multiply away: the backward shift of a delete computes it for every slot of
 // the cluster. Key 0 marks an empty slot, so it is kept aside.
 //
@@ -47,7 +51,7 @@ func (m *u64map) get(k uint64) (uint64, bool) {
 		return 0, false
 	}
 	s := m.slots
-	k = fmix64(k)
+	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return s[i].v, true
@@ -67,7 +71,7 @@ func (m *u64map) first(k uint64) uint64 {
 	if len(m.slots) == 0 {
 		return 0
 	}
-	h := m.home(fmix64(k))
+	h := m.home(kv.Mix(k))
 	return m.slots[h].k
 }
 
@@ -84,7 +88,7 @@ func (m *u64map) find(k uint64) *uint64 {
 		return nil
 	}
 	s := m.slots
-	k = fmix64(k)
+	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v
@@ -110,7 +114,7 @@ func (m *u64map) ref(k uint64) (*uint64, bool) {
 		m.resize(max(minMapSize, (len(m.slots)*3/2+4)&^3))
 	}
 	s := m.slots
-	k = fmix64(k)
+	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v, true
@@ -142,7 +146,7 @@ func (m *u64map) del(k uint64) {
 	}
 	s := m.slots
 	n := len(s)
-	k = fmix64(k)
+	k = kv.Mix(k)
 	i := m.home(k)
 	for s[i].k != k {
 		if s[i].k == 0 {
@@ -216,7 +220,7 @@ func (m *u64map) all(f func(k, v uint64)) {
 	}
 	for _, sl := range m.slots {
 		if sl.k != 0 {
-			f(unfmix64(sl.k), sl.v)
+			f(kv.Unmix(sl.k), sl.v)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func newWorkload(cfg wlConfig) *workload {
 		wl.workers = append(wl.workers, &wlWorker{
 			w:    kv.WorkerRank{ID: fmt.Sprintf("worker-%04d", i)},
 			idx:  int32(i),
-			salt: fmix64(uint64(i) + 0x1234),
+			salt: kv.Mix(uint64(i) + 0x1234),
 			r:    wr,
 			conv: rand.NewZipf(wr, 1.1, 4, uint64(cfg.convs-1)),
 			lru:  newLRU(cfg.capacity + cfg.maxLen),
@@ -89,7 +89,7 @@ func newWorkload(cfg wlConfig) *workload {
 
 // prompt returns the block hashes of a turn of conversation c into buf.
 func (wl *workload) prompt(c uint64, turn int, buf []uint64) []uint64 {
-	h := fmix64(c + 0xc0ffee)
+	h := kv.Mix(c + 0xc0ffee)
 	// System prompt popularity is skewed too: conversation hashes map onto
 	// system prompts through a square, favouring low indexes.
 	f := float64(h>>11) / (1 << 53)
@@ -97,14 +97,14 @@ func (wl *workload) prompt(c uint64, turn int, buf []uint64) []uint64 {
 	buf = append(buf[:0], sp...)
 	n := 4 + int(h>>40)%60 // first user message
 	for t := 0; t < turn; t++ {
-		n += 8 + int(fmix64(h+uint64(t))%40) // each turn adds a reply and a message
+		n += 8 + int(kv.Mix(h+uint64(t))%40) // each turn adds a reply and a message
 	}
 	if turn < 0 { // as long as a prompt can be
 		n = wl.cfg.maxLen
 	}
 	n = min(n, wl.cfg.maxLen-len(sp))
 	for i := range n {
-		buf = append(buf, fmix64(h^uint64(i+1)*0x9e3779b97f4a7c15))
+		buf = append(buf, kv.Mix(h^uint64(i+1)*0x9e3779b97f4a7c15))
 	}
 	return buf
 }
@@ -128,8 +128,8 @@ type wlLog struct {
 // engineHash chains block hash bh onto path (the prompt so far) and returns
 // the new path and the engine hash ww gives that prefix's block.
 func (ww *wlWorker) engineHash(path, bh uint64) (uint64, uint64) {
-	path = fmix64(path ^ bh*0x9e3779b97f4a7c15)
-	return path, fmix64(path ^ ww.salt)
+	path = kv.Mix(path ^ bh*0x9e3779b97f4a7c15)
+	return path, kv.Mix(path ^ ww.salt)
 }
 
 // request simulates one request on worker ww: the cached prefix blocks are
