@@ -139,64 +139,13 @@ func (r *snapReader) records(p []byte, base int64) error {
 		return formatErr(ErrCorrupt, base+int64(pos), format, args...)
 	}
 	for pos < len(p) {
-		start := pos
 		lead := p[pos]
 		pos++
 		kind := lead & 0xf
 		if kind <= recBindDelta { // a binding, the most common record
-			if !r.inRank {
-				return bad("binding outside a rank")
-			}
-			ref := uint64(r.prev) + 1
-			switch kind {
-			case recBindSame:
-				ref--
-			case recBindDelta:
-				z, n := binary.Uvarint(p[pos:])
-				if n <= 0 || z == 0 || z == 2 {
-					return bad("rank %s: bad binding ref delta", r.key)
-				}
-				pos += n
-				ref = uint64(int64(r.prev) + (int64(z>>1) ^ -int64(z&1)))
-			}
-			if ref >= uint64(len(r.nodes)) {
-				return bad("rank %s: binding of node %d, %d nodes read", r.key, int64(ref), len(r.nodes))
-			}
-			var copies [kv.NumTiers]uint8
-			if m := lead >> 4; m != 0 {
-				copies = [kv.NumTiers]uint8{m & 1, m >> 1 & 1, m >> 2 & 1, m >> 3}
-			} else {
-				if pos >= len(p) || p[pos] == 0 || p[pos]>>kv.NumTiers != 0 {
-					return bad("rank %s: binding of node %d: bad tier mask", r.key, ref)
-				}
-				mask := p[pos]
-				pos++
-				single := true
-				for t := range copies {
-					if mask&(1<<t) != 0 {
-						if pos >= len(p) || p[pos] == 0 || p[pos] > maxCopies {
-							return bad("rank %s: binding of node %d: bad copy count", r.key, ref)
-						}
-						copies[t] = p[pos]
-						single = single && p[pos] == 1
-						pos++
-					}
-				}
-				if single {
-					return bad("rank %s: binding of node %d: explicit copies, all 1", r.key, ref)
-				}
-			}
-			if len(p)-pos < 8 {
-				return bad("rank %s: binding crosses the frame end", r.key)
-			}
-			eh := binary.LittleEndian.Uint64(p[pos:])
-			pos += 8
-			r.prev = uint32(ref)
-			r.bound = true
-			r.rankBindings++
-			r.counts.Bindings++
-			if err := r.v.Binding(eh, uint32(ref), copies); err != nil {
-				return visitorErr(base+int64(start), err)
+			var err error
+			if pos, err = r.binding(p, pos, lead, base); err != nil {
+				return err
 			}
 			continue
 		}
@@ -219,6 +168,71 @@ func (r *snapReader) records(p []byte, base int64) error {
 		}
 	}
 	return nil
+}
+
+// binding decodes a binding record whose lead byte is lead and whose fields
+// start at p[pos], hands it to the visitor and returns the position after it.
+func (r *snapReader) binding(p []byte, pos int, lead byte, base int64) (int, error) {
+	start := pos - 1
+	kind := lead & 0xf
+	bad := func(format string, args ...any) (int, error) {
+		return 0, formatErr(ErrCorrupt, base+int64(pos), format, args...)
+	}
+	if !r.inRank {
+		return bad("binding outside a rank")
+	}
+	ref := uint64(r.prev) + 1
+	switch kind {
+	case recBindSame:
+		ref--
+	case recBindDelta:
+		z, n := binary.Uvarint(p[pos:])
+		if n <= 0 || z == 0 || z == 2 {
+			return bad("rank %s: bad binding ref delta", r.key)
+		}
+		pos += n
+		ref = uint64(int64(r.prev) + (int64(z>>1) ^ -int64(z&1)))
+	}
+	if ref >= uint64(len(r.nodes)) {
+		return bad("rank %s: binding of node %d, %d nodes read", r.key, int64(ref), len(r.nodes))
+	}
+	var copies [kv.NumTiers]uint8
+	if m := lead >> 4; m != 0 {
+		copies = [kv.NumTiers]uint8{m & 1, m >> 1 & 1, m >> 2 & 1, m >> 3}
+	} else {
+		if pos >= len(p) || p[pos] == 0 || p[pos]>>kv.NumTiers != 0 {
+			return bad("rank %s: binding of node %d: bad tier mask", r.key, ref)
+		}
+		mask := p[pos]
+		pos++
+		single := true
+		for t := range copies {
+			if mask&(1<<t) != 0 {
+				if pos >= len(p) || p[pos] == 0 || p[pos] > maxCopies {
+					return bad("rank %s: binding of node %d: bad copy count", r.key, ref)
+				}
+				copies[t] = p[pos]
+				single = single && p[pos] == 1
+				pos++
+			}
+		}
+		if single {
+			return bad("rank %s: binding of node %d: explicit copies, all 1", r.key, ref)
+		}
+	}
+	if len(p)-pos < 8 {
+		return bad("rank %s: binding crosses the frame end", r.key)
+	}
+	eh := binary.LittleEndian.Uint64(p[pos:])
+	pos += 8
+	r.prev = uint32(ref)
+	r.bound = true
+	r.rankBindings++
+	r.counts.Bindings++
+	if err := r.v.Binding(eh, uint32(ref), copies); err != nil {
+		return 0, visitorErr(base+int64(start), err)
+	}
+	return pos, nil
 }
 
 // node decodes a node record of kind whose fields start at p[pos] and
