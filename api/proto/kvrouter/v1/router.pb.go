@@ -1004,8 +1004,16 @@ func (*UnregisterWorkerResponse) Descriptor() ([]byte, []int) {
 }
 
 type ListWorkersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model keeps the workers of that model; empty lists every worker.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// page_size is the most worker/rank entries in the response: 0 (unset) means 1000, and more
+	// than 1000 is taken as 1000. A page also ends before its entries pass 1 MiB encoded (it holds
+	// at least one), so every page fits well within gRPC's default 4 MiB message limit.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a listing: the next_page_token of the previous page, with the same
+	// model. Empty starts from the first worker.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1047,9 +1055,27 @@ func (x *ListWorkersRequest) GetModel() string {
 	return ""
 }
 
+func (x *ListWorkersRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWorkersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*WorkerStatus        `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workers has one entry per worker and rank, by worker_id then dp_rank.
+	Workers []*WorkerStatus `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	// next_page_token, when not empty, is the page_token that lists the entries after these;
+	// empty when this page is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1089,6 +1115,13 @@ func (x *ListWorkersResponse) GetWorkers() []*WorkerStatus {
 		return x.Workers
 	}
 	return nil
+}
+
+func (x *ListWorkersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WorkerStatus is one worker/rank's registration and event-stream state.
@@ -1327,11 +1360,15 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\x16RegisterWorkerResponse\"6\n" +
 	"\x17UnregisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x1a\n" +
-	"\x18UnregisterWorkerResponse\"*\n" +
+	"\x18UnregisterWorkerResponse\"f\n" +
 	"\x12ListWorkersRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"J\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
 	"\x13ListWorkersResponse\x123\n" +
-	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\"\xd0\x03\n" +
+	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x03\n" +
 	"\fWorkerStatus\x12+\n" +
 	"\x06worker\x18\x01 \x01(\v2\x13.kvrouter.v1.WorkerR\x06worker\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x1c\n" +

@@ -267,7 +267,8 @@ type RegistryClient interface {
 	RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*RegisterWorkerResponse, error)
 	// UnregisterWorker stops following a worker and drops its blocks from the index.
 	UnregisterWorker(ctx context.Context, in *UnregisterWorkerRequest, opts ...grpc.CallOption) (*UnregisterWorkerResponse, error)
-	// ListWorkers reports every worker/rank of a model (empty model: all).
+	// ListWorkers reports the workers/ranks of a model (empty model: all), by worker id and
+	// rank, one page at a time: follow next_page_token until it is empty.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 }
 
@@ -319,7 +320,8 @@ type RegistryServer interface {
 	RegisterWorker(context.Context, *RegisterWorkerRequest) (*RegisterWorkerResponse, error)
 	// UnregisterWorker stops following a worker and drops its blocks from the index.
 	UnregisterWorker(context.Context, *UnregisterWorkerRequest) (*UnregisterWorkerResponse, error)
-	// ListWorkers reports every worker/rank of a model (empty model: all).
+	// ListWorkers reports the workers/ranks of a model (empty model: all), by worker id and
+	// rank, one page at a time: follow next_page_token until it is empty.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	mustEmbedUnimplementedRegistryServer()
 }
