@@ -14,6 +14,7 @@ import (
 type metrics struct {
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
 	decisions *prometheus.CounterVec
 	hitRatio  prometheus.Histogram
 	workers   prometheus.Gauge
@@ -32,6 +33,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "kvrouter_rpc_errors_total",
 			Help: "kvrouter gRPC calls that failed, by method and status code.",
 		}, []string{"method", "code"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_rpc_rejected_total",
+			Help: "kvrouter gRPC calls refused by a limit, by limit: prompt_tokens, mm_items, request_id_bytes (InvalidArgument), active_requests, workers (ResourceExhausted), dp_size (InvalidArgument).",
+		}, []string{"reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_route_decisions_total",
 			Help: "Route decisions, by chosen worker.",
@@ -49,8 +54,12 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			"kvrouter_active_requests", "Routed requests not yet finished, by worker and rank.",
 			[]string{"worker", "dp_rank"}, nil)},
 	}
+	for _, reason := range []string{scoring.LimitPromptTokens, scoring.LimitMMItems, scoring.LimitRequestIDBytes,
+		scoring.LimitActiveRequests, scoring.LimitWorkers, scoring.LimitDPSize} {
+		m.rejected.WithLabelValues(reason) // reported at 0 from the start
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.latency, m.errors, m.decisions, m.hitRatio, m.workers, m.active} {
+		for _, c := range []prometheus.Collector{m.latency, m.errors, m.rejected, m.decisions, m.hitRatio, m.workers, m.active} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -64,6 +73,11 @@ func (m *metrics) observe(method string, d time.Duration, code codes.Code) {
 	if code != codes.OK {
 		m.errors.WithLabelValues(method, code.String()).Inc()
 	}
+}
+
+// reject counts a call refused by the limit named reason.
+func (m *metrics) reject(reason string) {
+	m.rejected.WithLabelValues(reason).Inc()
 }
 
 func (m *metrics) decision(d *scoring.Decision) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
@@ -181,9 +184,21 @@ func grpcError(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, scoring.ErrAlreadyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, scoring.ErrResourceExhausted):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
+}
+
+// fail is grpcError that also counts a call refused by one of the router's
+// limits in kvrouter_rpc_rejected_total{reason}.
+func (s *Server) fail(err error) error {
+	var le *scoring.LimitError
+	if errors.As(err, &le) {
+		s.metrics.reject(le.Limit)
+	}
+	return grpcError(err)
 }
 
 func prompt(p *kvrouterv1.Prompt) (*scoring.Prompt, error) {
@@ -211,7 +226,7 @@ func (s *Server) Score(_ context.Context, req *kvrouterv1.ScoreRequest) (*kvrout
 	}
 	res, err := s.router.Score(p)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail(err)
 	}
 	out := &kvrouterv1.ScoreResponse{
 		BlockSize:    res.BlockSize,
@@ -242,7 +257,7 @@ func (s *Server) Route(_ context.Context, req *kvrouterv1.RouteRequest) (*kvrout
 	}
 	d, err := s.router.Route(p, req.GetRequestId(), req.GetTemperature(), int(req.GetMaxCandidates()))
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail(err)
 	}
 	s.metrics.decision(d)
 	out := &kvrouterv1.RouteResponse{
@@ -270,7 +285,7 @@ func (s *Server) MarkPrefillDone(_ context.Context, req *kvrouterv1.RequestRef) 
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
-	return &kvrouterv1.Ack{}, grpcError(s.router.MarkPrefillDone(req.GetRequestId()))
+	return &kvrouterv1.Ack{}, s.fail(s.router.MarkPrefillDone(req.GetRequestId()))
 }
 
 // MarkFinished ends a request's load.
@@ -278,7 +293,7 @@ func (s *Server) MarkFinished(_ context.Context, req *kvrouterv1.RequestRef) (*k
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
-	return &kvrouterv1.Ack{}, grpcError(s.router.MarkFinished(req.GetRequestId()))
+	return &kvrouterv1.Ack{}, s.fail(s.router.MarkFinished(req.GetRequestId()))
 }
 
 // RegisterWorker validates and adds a worker, and starts following its
@@ -293,8 +308,13 @@ func (s *Server) RegisterWorker(_ context.Context, req *kvrouterv1.RegisterWorke
 // Register validates and adds a worker from source; with store, the
 // registration is written to the store before Register returns (a worker
 // restored from the store at start-up is registered without). Errors are
-// gRPC statuses naming the offending field.
+// gRPC statuses naming the offending field. The registry holds at most the
+// router's MaxWorkers workers (ResourceExhausted past it), each of at most
+// kv.MaxDPSize ranks.
 func (s *Server) Register(w *kvrouterv1.Worker, source Source, store bool) error {
+	if w != nil && w.DpSize > kv.MaxDPSize {
+		s.metrics.reject(scoring.LimitDPSize) // validate's error names it
+	}
 	if err := validate(w); err != nil {
 		return err
 	}
@@ -302,6 +322,11 @@ func (s *Server) Register(w *kvrouterv1.Worker, source Source, store bool) error
 	defer s.mu.Unlock()
 	if _, ok := s.workers[w.WorkerId]; ok {
 		return status.Errorf(codes.InvalidArgument, "worker.worker_id %q is already registered", w.WorkerId)
+	}
+	// Before follow: a registration past the limit starts no subscription.
+	if limit := s.router.Limits().MaxWorkers; len(s.workers) >= limit {
+		s.metrics.reject(scoring.LimitWorkers)
+		return status.Errorf(codes.ResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.WorkerId, len(s.workers))
 	}
 	if err := s.follow(w); err != nil {
 		return err
@@ -344,7 +369,7 @@ func (s *Server) follow(w *kvrouterv1.Worker) error {
 				s.log.Warn("rolling back a registration", "worker", w.WorkerId, "err", rerr)
 			}
 		}
-		return grpcError(err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -486,25 +511,51 @@ func (s *Server) Unregister(id string, store bool) error {
 	return nil
 }
 
-// ListWorkers reports every worker/rank of a model (empty: all), by worker id.
+// ListWorkers pages: at most listPageSize entries (the default page size),
+// and at most listPageBytes of them encoded (one entry at least), so that a
+// page of any fleet fits in a client's default 4 MiB message limit.
+const (
+	listPageSize  = 1000
+	listPageBytes = 1 << 20
+)
+
+// ListWorkers reports the workers/ranks of a model (empty: all), by worker id
+// and rank, a page at a time.
 func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersRequest) (*kvrouterv1.ListWorkersResponse, error) {
+	model := req.GetModel()
+	after, err := parsePageToken(req.GetPageToken(), model)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	if size == 0 || size > listPageSize {
+		size = listPageSize
+	}
 	s.mu.Lock()
 	regs := make([]registration, 0, len(s.workers))
 	for _, r := range s.workers {
-		if req.GetModel() == "" || r.w.Model == req.GetModel() {
+		if (model == "" || r.w.Model == model) && (after == nil || r.w.WorkerId >= after.worker) {
 			regs = append(regs, r)
 		}
 	}
 	s.mu.Unlock()
 	sort.Slice(regs, func(i, j int) bool { return regs[i].w.WorkerId < regs[j].w.WorkerId })
 	out := &kvrouterv1.ListWorkersResponse{}
+	pageBytes := 0
 	for _, reg := range regs {
 		w := reg.w
+		first := uint32(0)
+		if after != nil && w.WorkerId == after.worker {
+			first = after.rank + 1
+		}
+		if first >= w.DpSize {
+			continue
+		}
 		var st []ingest.RankStatus
 		if w.KvEventsEndpoint != "" {
 			st = s.ingest.Status(w.WorkerId)
 		}
-		for r := uint32(0); r < w.DpSize; r++ {
+		for r := first; r < w.DpSize; r++ {
 			ent := &kvrouterv1.WorkerStatus{Worker: w, DpRank: r, Source: string(reg.source)}
 			for _, rs := range st {
 				if rs.DPRank != r {
@@ -522,8 +573,59 @@ func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersReque
 				ent.CachedBlocks = rs.CachedBlocks
 				ent.Restore = rs.Restore
 			}
+			n := 1 + protowire.SizeBytes(proto.Size(ent)) // field 1: tag, length, entry
+			if len(out.Workers) == size || (len(out.Workers) > 0 && pageBytes+n > listPageBytes) {
+				last := out.Workers[len(out.Workers)-1]
+				out.NextPageToken = pageToken(model, last.Worker.WorkerId, last.DpRank)
+				return out, nil
+			}
+			pageBytes += n
 			out.Workers = append(out.Workers, ent)
 		}
 	}
 	return out, nil
+}
+
+// pageCursor is where a ListWorkers page token resumes: after this
+// worker/rank.
+type pageCursor struct {
+	worker string
+	rank   uint32
+}
+
+// pageToken is the opaque ListWorkers page token that resumes a listing of
+// model after worker/rank: base64url of a version byte, the model
+// (length-prefixed), the rank and the worker id.
+func pageToken(model, worker string, rank uint32) string {
+	b := []byte{1}
+	b = protowire.AppendString(b, model)
+	b = protowire.AppendVarint(b, uint64(rank))
+	b = append(b, worker...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parsePageToken reads a page token made for model; an empty token is nil.
+func parsePageToken(tok, model string) (*pageCursor, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	bad := status.Error(codes.InvalidArgument, "page_token is not a next_page_token of ListWorkers")
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) == 0 || b[0] != 1 {
+		return nil, bad
+	}
+	b = b[1:]
+	m, n := protowire.ConsumeString(b)
+	if n < 0 {
+		return nil, bad
+	}
+	b = b[n:]
+	rank, n := protowire.ConsumeVarint(b)
+	if n < 0 || rank >= kv.MaxDPSize {
+		return nil, bad
+	}
+	if m != model {
+		return nil, status.Errorf(codes.InvalidArgument, "page_token continues a listing of model %q, not %q", m, model)
+	}
+	return &pageCursor{worker: string(b[n:]), rank: uint32(rank)}, nil
 }

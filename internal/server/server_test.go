@@ -31,7 +31,8 @@ type env struct {
 	srv      *Server
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv serves a router on loopback; mods change its scoring config.
+func newEnv(t *testing.T, mods ...func(*scoring.Config)) *env {
 	t.Helper()
 	idx := radix.New(radix.Config{CheckInvariants: true})
 	reg := prometheus.NewRegistry()
@@ -40,7 +41,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ing.Close() })
-	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, DisablePrediction: true, Seed: 1})
+	scfg := scoring.Config{Index: idx, BlockSize: blockSize, DisablePrediction: true, Seed: 1}
+	for _, mod := range mods {
+		mod(&scfg)
+	}
+	rt, err := scoring.New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
