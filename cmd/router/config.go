@@ -31,6 +31,11 @@ type Config struct {
 	MaxPromptTokens int           `yaml:"max_prompt_tokens"`
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
 
+	MaxMMItems        int `yaml:"max_mm_items"`
+	MaxRequestIDBytes int `yaml:"max_request_id_bytes"`
+	MaxActiveRequests int `yaml:"max_active_requests"`
+	MaxWorkers        int `yaml:"max_workers"`
+
 	PrefillWeight          float64       `yaml:"prefill_weight"`
 	TierWeights            TierWeights   `yaml:"tier_weights"`
 	MaxActivePrefillTokens int64         `yaml:"max_active_prefill_tokens"`
@@ -119,6 +124,10 @@ func defaultConfig() Config {
 		LogLevel:            "info",
 		MaxPromptTokens:     sd.MaxPromptTokens,
 		DrainTimeout:        10 * time.Second,
+		MaxMMItems:          sd.MaxMMItems,
+		MaxRequestIDBytes:   sd.MaxRequestIDBytes,
+		MaxActiveRequests:   sd.MaxActiveRequests,
+		MaxWorkers:          sd.MaxWorkers,
 		PrefillWeight:       sd.PrefillWeight,
 		TierWeights:         tierWeightsOf(*sd.TierWeights),
 		RequestTTL:          sd.RequestTTL,
@@ -160,6 +169,10 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.IntVar(&c.MaxPromptTokens, "max-prompt-tokens", c.MaxPromptTokens, "longest prompt accepted, in tokens")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for in-flight RPCs")
+	fs.IntVar(&c.MaxMMItems, "max-mm-items", c.MaxMMItems, "most multimodal items in one prompt")
+	fs.IntVar(&c.MaxRequestIDBytes, "max-request-id-bytes", c.MaxRequestIDBytes, "longest request_id accepted, in bytes")
+	fs.IntVar(&c.MaxActiveRequests, "max-active-requests", c.MaxActiveRequests, "most routed requests (with a request_id) active at once; Route past it is refused")
+	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "most registered workers")
 	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "weight of prefill blocks in the cost")
 	fs.Var(&c.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
 	fs.Int64Var(&c.MaxActivePrefillTokens, "max-active-prefill-tokens", c.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
@@ -227,6 +240,16 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: block_size %d must be positive", c.BlockSize)
 	case c.MaxPromptTokens <= 0:
 		return fmt.Errorf("config: max_prompt_tokens %d must be positive", c.MaxPromptTokens)
+	case c.MaxMMItems <= 0:
+		return fmt.Errorf("config: max_mm_items %d must be positive", c.MaxMMItems)
+	case c.MaxRequestIDBytes <= 0:
+		return fmt.Errorf("config: max_request_id_bytes %d must be positive", c.MaxRequestIDBytes)
+	case c.MaxActiveRequests <= 0:
+		return fmt.Errorf("config: max_active_requests %d must be positive", c.MaxActiveRequests)
+	case c.MaxWorkers <= 0:
+		return fmt.Errorf("config: max_workers %d must be positive", c.MaxWorkers)
+	case len(c.Workers) > c.MaxWorkers:
+		return fmt.Errorf("config: workers lists %d workers, over max_workers %d", len(c.Workers), c.MaxWorkers)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
 	case !(c.PrefillWeight > 0) || math.IsInf(c.PrefillWeight, 0):
@@ -288,5 +311,9 @@ func (c *Config) scoringConfig(index *radix.Index) scoring.Config {
 		PredictionCapacity:     c.PredictionCapacity,
 		PredictionMaxBlocks:    c.PredictionMaxBlocks,
 		ApproxCapacity:         c.ApproxCapacity,
+		MaxMMItems:             c.MaxMMItems,
+		MaxRequestIDBytes:      c.MaxRequestIDBytes,
+		MaxActiveRequests:      c.MaxActiveRequests,
+		MaxWorkers:             c.MaxWorkers,
 	}
 }

@@ -36,6 +36,10 @@ func TestConfigRejectsSilentlyDefaultedValues(t *testing.T) {
 		{[]string{"--index-shards", "0"}, "index_shards"},
 		{[]string{"--index-shards", "1024"}, "index_shards"},
 		{[]string{"--index-segment-blocks", "0"}, "index_segment_blocks"},
+		{[]string{"--max-mm-items", "0"}, "max_mm_items"},
+		{[]string{"--max-request-id-bytes", "-1"}, "max_request_id_bytes"},
+		{[]string{"--max-active-requests", "0"}, "max_active_requests"},
+		{[]string{"--max-workers", "0"}, "max_workers"},
 	} {
 		_, err := loadConfig(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.key) {
@@ -85,6 +89,10 @@ func TestFlagDefaults(t *testing.T) {
 		"max-active-decode-blocks":  "0",
 		"max-active-prefill-tokens": "0",
 		"max-prompt-tokens":         "262144",
+		"max-mm-items":              "1024",
+		"max-request-id-bytes":      "256",
+		"max-active-requests":       "100000",
+		"max-workers":               "10000",
 		"predict":                   "true",
 		"prediction-capacity":       "8192",
 		"prediction-max-blocks":     "64",
@@ -127,5 +135,31 @@ func TestDefaultScoringConfig(t *testing.T) {
 		if f := gv.Type().Field(i); f.IsExported() && !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
 			t.Errorf("%s = %v; scoring's default is %v", f.Name, gv.Field(i), wv.Field(i))
 		}
+	}
+}
+
+// The limits are read from the YAML file under their keys, flags override
+// them, and they reach scoring; a file listing more workers than max_workers
+// is an error naming it.
+func TestConfigLimits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	yml := "max_mm_items: 8\nmax_request_id_bytes: 64\nmax_active_requests: 500\nmax_workers: 20\n"
+	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--config", path, "--max-workers", "30"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := cfg.scoringConfig(radix.New(radix.Config{}))
+	if sc.MaxMMItems != 8 || sc.MaxRequestIDBytes != 64 || sc.MaxActiveRequests != 500 || sc.MaxWorkers != 30 {
+		t.Fatalf("scoring limits %d %d %d %d; want 8 64 500 30", sc.MaxMMItems, sc.MaxRequestIDBytes, sc.MaxActiveRequests, sc.MaxWorkers)
+	}
+	yml = "max_workers: 1\nworkers:\n  - {worker_id: a, model: m}\n  - {worker_id: b, model: m}\n"
+	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig([]string{"--config", path}, io.Discard); err == nil || !strings.Contains(err.Error(), "max_workers") {
+		t.Fatalf("two workers over max_workers 1: %v; want an error naming max_workers", err)
 	}
 }
