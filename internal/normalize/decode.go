@@ -19,17 +19,24 @@ type rawBatch struct {
 	extras []extraKeys
 	items  []extraKey
 	rd     reader
+
+	// maxEvents bounds the events of one batch (0: no bound).
+	maxEvents int
+	// trims release scratch memory an outlier batch grew (see trim).
+	trimEvents, trimHashes, trimTokens, trimExtras, trimItems trimmer
 }
 
 func (rb *rawBatch) reset() {
 	rb.TS = 0
 	rb.DPRank = -1
 	clear(rb.Events) // drop references into the previous payload
-	rb.Events = rb.Events[:0]
-	rb.hashes = rb.hashes[:0]
-	rb.tokens = rb.tokens[:0]
-	rb.extras = rb.extras[:0]
-	rb.items = rb.items[:0]
+	rb.Events = trim(rb.Events, &rb.trimEvents)
+	rb.hashes = trim(rb.hashes, &rb.trimHashes)
+	rb.tokens = trim(rb.tokens, &rb.trimTokens)
+	clear(rb.extras)
+	rb.extras = trim(rb.extras, &rb.trimExtras)
+	clear(rb.items)
+	rb.items = trim(rb.items, &rb.trimItems)
 }
 
 // decodeBatch decodes one msgpack payload into rb, reusing rb's memory. It
@@ -188,6 +195,9 @@ func (rb *rawBatch) decodeEvents(r *reader) error {
 	}
 	if n > len(r.b)-r.off {
 		return &decodeError{offset: r.off, field: "events", msg: fmt.Sprintf("%d events claimed, truncated msgpack", n)}
+	}
+	if rb.maxEvents > 0 && n > rb.maxEvents {
+		return &decodeError{offset: r.off, field: "events", msg: fmt.Sprintf("%d events, more than the %d a batch may have", n, rb.maxEvents)}
 	}
 	for i := 0; i < n; i++ {
 		rb.Events = append(rb.Events, rawEvent{BlockSize: -1})

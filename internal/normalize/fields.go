@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // decodeField decodes the value of field f at r into ev. Values that are
@@ -83,6 +84,7 @@ func (rb *rawBatch) decodeBlockHashes(r *reader, ev *rawEvent) error {
 		return r.truncated()
 	}
 	base := len(rb.hashes)
+	rb.hashes = slices.Grow(rb.hashes, n) // at most one copy per array
 	for i := 0; i < n; i++ {
 		// Inline fast path: most hashes are full 64-bit integers.
 		if r.off+9 <= len(r.b) && (r.b[r.off] == 0xcf || r.b[r.off] == 0xd3) {

@@ -136,7 +136,7 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 	if uint32(len(b.Events))+skipped != tags {
 		t.Fatalf("%d events emitted + %d skipped != %d decoded", len(b.Events), skipped, tags)
 	}
-	if uint32(len(b.Errors)) != b.Skipped[reasonMalformedEvent] {
+	if uint32(len(b.Errors)) != min(b.Skipped[reasonMalformedEvent], uint32(n.maxErrors)) {
 		t.Fatalf("%d errors for %d malformed events", len(b.Errors), b.Skipped[reasonMalformedEvent])
 	}
 	var blocks uint32

@@ -44,7 +44,8 @@ type golden struct {
 }
 
 func newGolden() *golden {
-	return &golden{n: New(Config{}), names: map[uint64]string{}}
+	// Every error of a batch is shown.
+	return &golden{n: New(Config{MaxErrors: 1 << 10}), names: map[uint64]string{}}
 }
 
 func (g *golden) run(t *testing.T, td *datadriven.TestData) string {
@@ -83,7 +84,7 @@ func (g *golden) run(t *testing.T, td *datadriven.TestData) string {
 }
 
 func (g *golden) config(t *testing.T, td *datadriven.TestData) *Normalizer {
-	var cfg Config
+	cfg := Config{MaxErrors: 1 << 10} // every error of a batch is shown
 	maxNS := 0
 	for _, a := range td.CmdArgs {
 		switch a.Key {

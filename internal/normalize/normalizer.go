@@ -12,7 +12,24 @@ type Config struct {
 	BlockSize int
 	// Logger receives rate-limited warnings; nil discards them.
 	Logger *slog.Logger
+	// MaxEvents bounds the events of one batch (0: DefaultMaxEvents). A
+	// batch whose events array claims more is not decoded at all: Normalize
+	// returns an error before decoding any event, so a small payload of
+	// millions of empty events costs nothing.
+	MaxEvents int
+	// MaxErrors bounds the per-event errors one Batch keeps in Errors (0:
+	// DefaultMaxErrors); the rest are only counted in Skipped.
+	MaxErrors int
 }
+
+// Per-batch bounds (see Config). A decoded event costs a few hundred bytes
+// of scratch memory whatever its size on the wire (an empty array is one
+// byte), so the events of a batch are bounded by count, not only by the
+// payload's size.
+const (
+	DefaultMaxEvents = 1 << 14
+	DefaultMaxErrors = 16
+)
 
 const (
 	// defaultMaxNamespacedBlocks bounds the remembered cache namespaces of
@@ -37,6 +54,8 @@ type Normalizer struct {
 	log          *slog.Logger
 	warnInterval time.Duration
 	maxNS        int
+	maxEvents    int
+	maxErrors    int
 
 	groups          map[uint32]kindClass
 	ns              map[uint64]nsState
@@ -55,6 +74,8 @@ func New(cfg Config) *Normalizer {
 		log:          cfg.Logger,
 		warnInterval: defaultWarnInterval,
 		maxNS:        defaultMaxNamespacedBlocks,
+		maxEvents:    cfg.MaxEvents,
+		maxErrors:    cfg.MaxErrors,
 		groups:       make(map[uint32]kindClass),
 		ns:           make(map[uint64]nsState),
 		seeds:        newSeedCache(),
@@ -64,6 +85,12 @@ func New(cfg Config) *Normalizer {
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.maxEvents <= 0 {
+		n.maxEvents = DefaultMaxEvents
+	}
+	if n.maxErrors <= 0 {
+		n.maxErrors = DefaultMaxErrors
 	}
 	return n
 }
@@ -77,12 +104,15 @@ func (n *Normalizer) Reset() {
 }
 
 // Normalize decodes one ZMQ payload into b (reusing b's memory) and
-// normalizes it. A payload that is not a batch at all returns an error
-// naming what was wrong and where, and b holds no events. Per-event problems
-// (unknown tag, malformed event, filtered) skip that event only and are
-// recorded in b.
+// normalizes it. A payload that is not a batch at all (or has more than
+// MaxEvents events) returns an error naming what was wrong and where, and b
+// holds no events. Per-event problems (unknown tag, malformed event,
+// filtered) skip that event only and are recorded in b (the first MaxErrors
+// of them in b.Errors).
 func (n *Normalizer) Normalize(payload []byte, b *Batch) error {
 	b.reset()
+	b.maxErrors = n.maxErrors
+	b.raw.maxEvents = n.maxEvents
 	if err := decodeBatch(payload, &b.raw); err != nil {
 		return err
 	}
@@ -98,7 +128,7 @@ func (n *Normalizer) apply(rb *rawBatch, b *Batch) {
 		b.tags[ev.Tag]++
 		if ev.Err != nil {
 			b.skip(reasonMalformedEvent)
-			b.Errors = append(b.Errors, ev.Err)
+			b.keepError(ev.Err)
 			continue
 		}
 		switch ev.Tag {

@@ -17,6 +17,12 @@ func (n *Normalizer) removed(ev *rawEvent, idx int, b *Batch) {
 		return
 	}
 	n.forget(ev.BlockHashes)
+	if k == 1 {
+		// Nothing to split: the decoded hashes are the event's (the Batch
+		// owns both).
+		b.Events = append(b.Events, Event{Kind: KindRemove, Tier: tierOf(ev.Medium), EngineHashes: ev.BlockHashes})
+		return
+	}
 	start := len(b.hashes)
 	b.hashes = appendExpanded(b.hashes, ev.BlockHashes, k)
 	b.Events = append(b.Events, Event{Kind: KindRemove, Tier: tierOf(ev.Medium),
