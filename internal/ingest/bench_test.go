@@ -129,7 +129,7 @@ func benchDirect(b *testing.B) {
 	pubs := make([]pub, benchPubs)
 	for p := range pubs {
 		pubs[p].warm, pubs[p].cycle = benchPayloads(p)
-		pubs[p].s = newIndexSink(idx, kv.WorkerRank{ID: fmt.Sprintf("w%02d", p)}, testBlockSize, nil)
+		pubs[p].s = newIndexSink(idx, kv.WorkerRank{ID: fmt.Sprintf("w%02d", p)}, testBlockSize, 0, nil)
 	}
 	b.ResetTimer()
 	cpu0, t0 := cpuTime(), time.Now()
@@ -262,7 +262,7 @@ func TestBenchPublisherProcess(t *testing.T) {
 	if os.Getenv("KVROUTER_BENCH_PUBLISHER") != "1" {
 		warm, cycle := benchPayloads(0)
 		ix := radix.New(radix.Config{})
-		s := newIndexSink(ix, kv.WorkerRank{ID: "w"}, testBlockSize, nil)
+		s := newIndexSink(ix, kv.WorkerRank{ID: "w"}, testBlockSize, 0, nil)
 		var st batchStats
 		for n := 0; n < benchWindow+benchCycle+3; n++ {
 			st.reset()

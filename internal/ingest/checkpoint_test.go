@@ -259,7 +259,7 @@ func TestResumeRoundTrip(t *testing.T) {
 	p := newGoPub(t)
 	// The snapshot's blocks: the rank's own and those of dp rank 3, which
 	// its batches named.
-	pre := newIndexSink(idx, kv.WorkerRank{ID: id}, testBlockSize, nil)
+	pre := newIndexSink(idx, kv.WorkerRank{ID: id}, testBlockSize, 0, nil)
 	e := newEngine(29)
 	for _, dp := range []int{0, 3} {
 		_, ev := e.store(nil, 2)

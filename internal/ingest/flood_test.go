@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
 // rawPub is a publisher that speaks ZMTP by hand, so it can send frames no
@@ -55,13 +56,13 @@ func rawPub(t *testing.T, script ...func(nc net.Conn)) int {
 }
 
 // pubHandshake performs a PUB's handshake on nc and reads the subscription.
-func pubHandshake(t *testing.T, nc net.Conn) *zmq4.Conn {
+func pubHandshake(t *testing.T, nc net.Conn) *zmtpConn {
 	c, err := openZMTP(nc, zmq4.Pub, true)
 	if err != nil {
 		t.Error(err)
 		return nil
 	}
-	if _, err := c.RecvMsg(); err != nil { // the subscription
+	if _, _, _, err := c.recv(); err != nil { // the subscription
 		t.Error(err)
 		return nil
 	}
@@ -77,7 +78,7 @@ func publishStores(t *testing.T, e *engine, nc net.Conn) {
 	for seq := uint64(0); seq < 3; seq++ {
 		_, ev := e.store(nil, 4)
 		p := encodeBatch(t, []map[string]any{ev}, 0)
-		if err := c.SendMsg(zmq4.NewMsgFrom(nil, seqFrame(seq), p)); err != nil {
+		if err := c.send(nil, seqFrame(seq), p); err != nil {
 			t.Error(err)
 		}
 	}
@@ -134,8 +135,7 @@ func TestBadHandshake(t *testing.T) {
 // unbounded memory: the connection is dropped, counted, and the subscription
 // comes back and keeps working.
 func TestOversizedMessage(t *testing.T) {
-	defer func(v int64) { maxMessageBytes = v }(maxMessageBytes)
-	maxMessageBytes = 1 << 20
+	const maxMessageBytes = 1 << 20
 
 	longFrame := func(flags byte, size uint64) []byte {
 		return binary.BigEndian.AppendUint64([]byte{flags | 0x2}, size)
@@ -148,11 +148,11 @@ func TestOversizedMessage(t *testing.T) {
 			nc.Write(longFrame(0, 1<<50))
 		}},
 		{"frame just over the limit", func(nc net.Conn) {
-			nc.Write(longFrame(0, uint64(maxMessageBytes)+1))
+			nc.Write(longFrame(0, maxMessageBytes+1))
 		}},
 		{"multipart flood", func(nc net.Conn) {
 			frame := append([]byte{0x1, 255}, make([]byte, 255)...) // MORE, 255 bytes
-			for i := 0; i < 2*int(maxMessageBytes)/255; i++ {
+			for i := 0; i < 2*maxMessageBytes/255; i++ {
 				if _, err := nc.Write(frame); err != nil {
 					return // the router hung up: what we want
 				}
@@ -160,7 +160,8 @@ func TestOversizedMessage(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, idx, _ := newTestManager(t, true)
+			idx := radix.New(radix.Config{CheckInvariants: true})
+			m, _ := newTestManagerWith(t, idx, func(c *Config) { c.MaxMessageBytes = maxMessageBytes })
 			e := newEngine(1)
 			port := rawPub(t,
 				func(nc net.Conn) {

@@ -63,15 +63,24 @@ func newTestManager(t testing.TB, check bool) (*Manager, *radix.Index, *promethe
 // (nil: none).
 func newTestManagerOn(t testing.TB, idx *radix.Index, resume ...func(kv.WorkerRank) (Position, bool)) (*Manager, *prometheus.Registry) {
 	t.Helper()
+	return newTestManagerWith(t, idx, func(cfg *Config) {
+		if len(resume) > 0 {
+			cfg.Resume = resume[0]
+		}
+	})
+}
+
+// newTestManagerWith returns a Manager over idx with the tests' Config as
+// mod changes it.
+func newTestManagerWith(t testing.TB, idx *radix.Index, mod func(*Config)) (*Manager, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := Config{
 		Index: idx, BlockSize: testBlockSize, Logger: testLogger(t), Registerer: reg,
 		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
 		ReplayTimeout: 3 * time.Second, StopTimeout: 5 * time.Second,
 	}
-	if len(resume) > 0 {
-		cfg.Resume = resume[0]
-	}
+	mod(&cfg)
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,9 @@ import (
 )
 
 // TestGarbage: malformed messages on the live socket are counted and skipped,
-// and the subscription keeps working.
+// and the subscription keeps working. A batch whose payload does not decode
+// is a gap, not a batch applied: without a replay endpoint the rank is
+// cleared and rebuilt from what follows.
 func TestGarbage(t *testing.T) {
 	m, idx, _ := newTestManager(t, true)
 	p := newGoPub(t)
@@ -32,8 +34,8 @@ func TestGarbage(t *testing.T) {
 		{nil, seqFrame(p.seq)},                     // two frames
 		{nil, seqFrame(p.seq), good, good},         // four frames
 		{nil, seqFrame(p.seq)[:7], good},           // 7-byte seq
-		{nil, seqFrame(p.seq), good[:len(good)/2]}, // truncated msgpack (consumes a seq)
-		{nil, seqFrame(p.seq + 1), junk},           // not msgpack (consumes a seq)
+		{nil, seqFrame(p.seq), good[:len(good)/2]}, // truncated msgpack (a gap)
+		{nil, seqFrame(p.seq + 1), junk},           // not msgpack (a gap)
 	}
 	p.seq += 2
 	for _, f := range sends {
@@ -50,7 +52,7 @@ func TestGarbage(t *testing.T) {
 	if d := st.DecodeErrors - before.DecodeErrors; d != 6 {
 		t.Errorf("decode errors +%d, want +6", d)
 	}
-	if !st.Connected || st.Gaps != before.Gaps || st.EngineRestarts != 0 {
+	if !st.Connected || st.Gaps != before.Gaps+2 || st.ReplayFailures != before.ReplayFailures+2 || st.EngineRestarts != 0 {
 		t.Errorf("status after garbage: %+v", st)
 	}
 }

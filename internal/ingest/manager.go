@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 )
 
@@ -41,6 +42,35 @@ type Config struct {
 	// StopTimeout bounds how long Remove and Close wait for a worker's
 	// goroutines (0: 10s).
 	StopTimeout time.Duration
+	// MaxMessageBytes bounds one received ZMTP message, all its frames
+	// (0: 16 MiB). A larger one drops the connection (counted in
+	// malformed_total{reason="size"}); a message's memory grows as its
+	// bytes arrive, whatever its header announces.
+	MaxMessageBytes int64
+	// MaxBatchEvents bounds the events of one batch (0: 16384, normalize's
+	// default). A batch with more does not decode (decode_errors_total):
+	// it is a gap.
+	MaxBatchEvents int
+	// QueueBytes bounds the payload bytes queued across every rank of the
+	// Manager (0: 256 MiB; at least MaxMessageBytes). A rank that cannot
+	// queue a batch within it stops reading until appliers catch up, which
+	// back-pressures its publisher over TCP (queue_budget_waits_total).
+	QueueBytes int64
+	// HandshakeTimeout bounds a connection's ZMTP greeting and READY
+	// exchange (0: 5s); FrameTimeout is how long a message that has started
+	// may go without a byte arriving (0: 10s). Either drops the connection
+	// (connections_dropped_total{reason="handshake"|"stalled"}).
+	HandshakeTimeout, FrameTimeout time.Duration
+	// MaxHandshakes bounds the handshakes in progress on a bound rank (0: 4);
+	// more connections are refused (connections_dropped_total{reason=
+	// "handshakes"}), as is any connection while a publisher is live
+	// ({reason="second_publisher"}).
+	MaxHandshakes int
+	// CatchUpInterval rate-limits full catch-ups (a replay from seq 0 on
+	// connect) per rank (0: 30s; negative: no limit). A connection within
+	// it asks the replay from the last applied seq instead, or nothing when
+	// the rank holds nothing (catch_ups_limited_total).
+	CatchUpInterval time.Duration
 	// Resume gives the snapshot position of a worker/rank restored into
 	// Index (nil: none). Add asks it for each rank of a worker the first
 	// time that worker ID is added: the index must then hold what
@@ -115,6 +145,15 @@ type RankStatus struct {
 	// DecodeErrors counts malformed messages, undecodable batches and
 	// undecodable events.
 	DecodeErrors uint64
+	// Dropped counts connections refused or dropped for a limit: a second
+	// publisher, too many handshakes, a handshake or a message that did not
+	// make progress in time.
+	Dropped uint64
+	// CatchUpsLimited counts connections that did not catch up from seq 0
+	// because one had less than CatchUpInterval ago.
+	CatchUpsLimited uint64
+	// BudgetWaits counts batches whose reader waited for the queue budget.
+	BudgetWaits uint64
 	// CachedBlocks is the number of blocks the rank holds in the index.
 	CachedBlocks uint64
 	// Restore is what came of a rank started from Config.Resume: "" (not
@@ -135,6 +174,8 @@ type Manager struct {
 	metrics *metrics // nil: no metrics
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	budget *budget
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -175,6 +216,24 @@ func New(cfg Config) (*Manager, error) {
 	def(&cfg.ReplayTimeout, 5*time.Second)
 	def(&cfg.KeepAlive, 5*time.Second)
 	def(&cfg.StopTimeout, 10*time.Second)
+	def(&cfg.HandshakeTimeout, 5*time.Second)
+	def(&cfg.FrameTimeout, 10*time.Second)
+	if cfg.CatchUpInterval == 0 {
+		cfg.CatchUpInterval = 30 * time.Second
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if cfg.MaxBatchEvents <= 0 {
+		cfg.MaxBatchEvents = normalize.DefaultMaxEvents
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 256 << 20
+	}
+	cfg.QueueBytes = max(cfg.QueueBytes, cfg.MaxMessageBytes)
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = 4
+	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker), added: make(map[string]bool)}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -186,6 +245,11 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.metrics = met
 	}
+	var gauge prometheus.Gauge
+	if m.metrics != nil {
+		gauge = m.metrics.queuedBytes
+	}
+	m.budget = newBudget(cfg.QueueBytes, gauge)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -271,6 +335,11 @@ func (m *Manager) newRank(w Worker, dp int, resume bool) (*rank, error) {
 		q:          make(chan item, m.cfg.QueueDepth),
 		large:      make(chan struct{}, largeSlots),
 		pauses:     make(chan *pause),
+		lim: zmtpLimits{handshake: m.cfg.HandshakeTimeout, frame: m.cfg.FrameTimeout,
+			maxMessage: m.cfg.MaxMessageBytes},
+		budget:          m.budget,
+		handshakes:      make(chan struct{}, m.cfg.MaxHandshakes),
+		catchUpInterval: m.cfg.CatchUpInterval,
 	}
 	if w.ReplayEndpoint != "" {
 		s, err := RankEndpoint(w.ReplayEndpoint, dp)
@@ -281,14 +350,15 @@ func (m *Manager) newRank(w Worker, dp int, resume bool) (*rank, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.replay = &replayClient{ep: rep, dialer: dialer, timeout: m.cfg.ReplayTimeout}
+		r.replay = &replayClient{ep: rep, dialer: dialer, timeout: m.cfg.ReplayTimeout,
+			lim: zmtpLimits{handshake: m.cfg.HandshakeTimeout, maxMessage: m.cfg.MaxMessageBytes}}
 		r.seq.canReplay = true
 	}
 	id := kv.WorkerRank{ID: w.ID, DPRank: uint32(dp)}
 	if m.cfg.newSink != nil {
 		r.sink = m.cfg.newSink(id)
 	} else {
-		r.sink = newIndexSink(m.cfg.Index, id, m.cfg.BlockSize, r.log)
+		r.sink = newIndexSink(m.cfg.Index, id, m.cfg.BlockSize, m.cfg.MaxBatchEvents, r.log)
 	}
 	if m.metrics != nil {
 		r.met = m.metrics.rank(w.ID, uint32(dp))

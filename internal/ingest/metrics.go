@@ -56,7 +56,9 @@ type metrics struct {
 	gaps, replays, replayFailures, restarts, reconnects       *prometheus.CounterVec
 	dpMismatch, restores                                      *prometheus.CounterVec
 	events, filtered, applyErrors, malformed                  *prometheus.CounterVec
+	dropped, catchUpsLimited, budgetWaits                     *prometheus.CounterVec
 	lastSeq, lag, connected                                   *prometheus.GaugeVec
+	queuedBytes                                               prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -84,14 +86,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		filtered:       counter("filtered_total", "Events or blocks filtered by the normalizer, by reason.", "reason"),
 		applyErrors:    counter("apply_errors_total", "Events the index refused, by reason.", "reason"),
 		malformed:      counter("malformed_total", "Messages skipped for their framing, by reason.", "reason"),
-		lastSeq:        gauge("last_seq", "Last sequence number applied."),
-		lag:            gauge("event_lag_seconds", "Now minus the timestamp of the last batch applied."),
-		connected:      gauge("connected", "Live connections to the engine's publisher."),
+		dropped: counter("connections_dropped_total", "Connections refused or dropped for a limit, by reason "+
+			"(second_publisher, handshakes, handshake, stalled).", "reason"),
+		catchUpsLimited: counter("catch_ups_limited_total", "Connections that did not catch up from seq 0 (one did less than the catch-up interval ago)."),
+		budgetWaits:     counter("queue_budget_waits_total", "Batches whose reader waited for the shared queue budget (reading nothing meanwhile)."),
+		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvrouter_ingest_queued_bytes",
+			Help: "Payload bytes queued across every rank (bounded by the queue budget)."}),
+		lastSeq:   gauge("last_seq", "Last sequence number applied."),
+		lag:       gauge("event_lag_seconds", "Now minus the timestamp of the last batch applied."),
+		connected: gauge("connected", "Live connections to the engine's publisher."),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
 			m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
-			m.filtered, m.applyErrors, m.malformed, m.lastSeq, m.lag, m.connected} {
+			m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits,
+			m.lastSeq, m.lag, m.connected, m.queuedBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -105,7 +114,7 @@ func (m *metrics) forget(worker string) {
 	l := prometheus.Labels{"worker": worker}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
 		m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
-		m.filtered, m.applyErrors, m.malformed} {
+		m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits} {
 		v.DeletePartialMatch(l)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.lag, m.connected} {
@@ -118,7 +127,8 @@ func (m *metrics) forget(worker string) {
 type rankMetrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors prometheus.Counter
 	gaps, replays, replayFailures, restarts, reconnects       prometheus.Counter
-	dpMismatch                                                prometheus.Counter
+	dpMismatch, catchUpsLimited, budgetWaits                  prometheus.Counter
+	dropped                                                   [numDropReasons]prometheus.Counter
 	events                                                    [8]prometheus.Counter // by normalize.Kind
 	filtered                                                  [normalize.NumReasons]prometheus.Counter
 	applyErrors                                               [numApplyErrors]prometheus.Counter
@@ -130,20 +140,22 @@ type rankMetrics struct {
 func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
 	r := strconv.FormatUint(uint64(dp), 10)
 	rm := &rankMetrics{
-		batches:        m.batches.WithLabelValues(worker, r),
-		blocksStored:   m.blocksStored.WithLabelValues(worker, r),
-		blocksRemoved:  m.blocksRemoved.WithLabelValues(worker, r),
-		bytes:          m.bytes.WithLabelValues(worker, r),
-		decodeErrors:   m.decodeErrors.WithLabelValues(worker, r),
-		gaps:           m.gaps.WithLabelValues(worker, r),
-		replays:        m.replays.WithLabelValues(worker, r),
-		replayFailures: m.replayFailures.WithLabelValues(worker, r),
-		restarts:       m.restarts.WithLabelValues(worker, r),
-		reconnects:     m.reconnects.WithLabelValues(worker, r),
-		dpMismatch:     m.dpMismatch.WithLabelValues(worker, r),
-		lastSeq:        m.lastSeq.WithLabelValues(worker, r),
-		lag:            m.lag.WithLabelValues(worker, r),
-		connected:      m.connected.WithLabelValues(worker, r),
+		batches:         m.batches.WithLabelValues(worker, r),
+		blocksStored:    m.blocksStored.WithLabelValues(worker, r),
+		blocksRemoved:   m.blocksRemoved.WithLabelValues(worker, r),
+		bytes:           m.bytes.WithLabelValues(worker, r),
+		decodeErrors:    m.decodeErrors.WithLabelValues(worker, r),
+		gaps:            m.gaps.WithLabelValues(worker, r),
+		replays:         m.replays.WithLabelValues(worker, r),
+		replayFailures:  m.replayFailures.WithLabelValues(worker, r),
+		restarts:        m.restarts.WithLabelValues(worker, r),
+		reconnects:      m.reconnects.WithLabelValues(worker, r),
+		dpMismatch:      m.dpMismatch.WithLabelValues(worker, r),
+		catchUpsLimited: m.catchUpsLimited.WithLabelValues(worker, r),
+		budgetWaits:     m.budgetWaits.WithLabelValues(worker, r),
+		lastSeq:         m.lastSeq.WithLabelValues(worker, r),
+		lag:             m.lag.WithLabelValues(worker, r),
+		connected:       m.connected.WithLabelValues(worker, r),
 	}
 	for _, k := range eventKinds {
 		rm.events[k.kind] = m.events.WithLabelValues(worker, r, k.name)
@@ -156,6 +168,9 @@ func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
 	}
 	for i, name := range malformedReasons {
 		rm.malformedBy[i] = m.malformed.WithLabelValues(worker, r, name)
+	}
+	for i := range rm.dropped {
+		rm.dropped[i] = m.dropped.WithLabelValues(worker, r, dropReasons[i])
 	}
 	for i := range rm.restores {
 		rm.restores[i] = m.restores.WithLabelValues(worker, r, restoreOutcomes[i].name)

@@ -129,7 +129,7 @@ func TestBackPressure(t *testing.T) {
 	idx := radix.New(radix.Config{})
 	m, err := New(Config{Index: idx, BlockSize: testBlockSize, QueueDepth: 4, Logger: testLogger(t),
 		newSink: func(w kv.WorkerRank) sink {
-			gated = &gateSink{sink: newIndexSink(idx, w, testBlockSize, nil), gate: gate}
+			gated = &gateSink{sink: newIndexSink(idx, w, testBlockSize, 0, nil), gate: gate}
 			return gated
 		}})
 	if err != nil {

@@ -26,6 +26,7 @@ type item struct {
 	seq       uint64
 	topic     []byte
 	payload   []byte
+	budget    int64 // bytes taken from the shared queue budget
 }
 
 // rank follows one worker/rank: readers (one per live connection) check frames
@@ -41,8 +42,14 @@ type rank struct {
 	log    *slog.Logger
 	met    *rankMetrics // nil: no metrics
 	dialer *net.Dialer
+	lim    zmtpLimits
+	budget *budget // shared by every rank of the Manager
 
 	backoffMin, backoffMax time.Duration
+	// catchUpInterval: at most one full catch-up per interval (<= 0: no
+	// limit); lastFull is when the last one was allowed (applier's).
+	catchUpInterval time.Duration
+	lastFull        time.Time
 
 	q      chan item
 	large  chan struct{} // slots for queued messages of largeMessage bytes or more
@@ -52,6 +59,10 @@ type rank struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	ln     net.Listener // bind mode
+	// handshakes holds a slot per handshake in progress (bind mode); live
+	// is set while a publisher's connection is served: one at a time.
+	handshakes chan struct{}
+	live       atomic.Bool
 
 	// Status, read by Status from any goroutine.
 	conns          atomic.Int32
@@ -65,12 +76,16 @@ type rank struct {
 	reconnects     atomic.Uint64
 	decodeErrors   atomic.Uint64
 	malformed      atomic.Uint64
+	dropped        atomic.Uint64
+	limited        atomic.Uint64
+	budgetWaits    atomic.Uint64
 	restore        atomic.Uint32 // the restore's outcome + 1 (0: none decided)
 
 	// Applier state, owned by the applier goroutine.
 	seq       seqState
 	acts      []seqAction // the current step's actions
 	replyActs []seqAction // a replay reply's, while a step's replay runs
+	badActs   []seqAction // an undecodable batch's
 	replayErr error       // the last replay's error, for its log line
 	st        batchStats
 	logLimit  rateLimit
@@ -103,13 +118,22 @@ func (r *rank) run() {
 	go r.applyLoop()
 }
 
-// stop ends the rank's goroutines and waits for them.
+// stop ends the rank's goroutines and waits for them, then gives back the
+// queue budget of what it had queued.
 func (r *rank) stop() {
 	r.cancel()
 	if r.ln != nil {
 		r.ln.Close()
 	}
 	r.wg.Wait()
+	for {
+		select {
+		case it := <-r.q:
+			r.dequeued(it)
+		default:
+			return
+		}
+	}
 }
 
 // connectLoop dials the engine, reads until the connection fails, and
@@ -120,14 +144,17 @@ func (r *rank) connectLoop() {
 	for r.ctx.Err() == nil {
 		nc, err := r.dialer.DialContext(r.ctx, r.ep.network(), r.ep.Address)
 		if err == nil {
-			var c *zmq4.Conn
+			var c *zmtpConn
 			c, err = r.open(nc, false)
 			if err == nil {
 				backoff = r.backoffMin
-				r.serve(nc, c)
+				r.live.Store(true)
+				r.serve(c)
+				r.live.Store(false)
 				continue
 			}
 			nc.Close()
+			r.drop(dropHandshake, err)
 		}
 		if r.ctx.Err() != nil {
 			return
@@ -168,36 +195,84 @@ func (r *rank) acceptLoop() {
 			}
 			continue
 		}
+		// One publisher at a time, and a few handshakes in progress: a
+		// peer that connects again and again, or a crowd of silent ones,
+		// costs a refused connection each.
+		if r.live.Load() {
+			nc.Close()
+			r.drop(dropPublisher, nil)
+			continue
+		}
+		select {
+		case r.handshakes <- struct{}{}:
+		default:
+			nc.Close()
+			r.drop(dropHandshakes, nil)
+			continue
+		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			c, err := r.open(nc, true)
+			<-r.handshakes
 			if err != nil {
 				nc.Close()
-				r.log.Debug("kv events: handshake failed", "endpoint", r.ep.String(), "err", err)
+				r.drop(dropHandshake, err)
 				return
 			}
-			r.serve(nc, c)
+			if !r.live.CompareAndSwap(false, true) {
+				nc.Close()
+				r.drop(dropPublisher, nil)
+				return
+			}
+			defer r.live.Store(false)
+			r.serve(c)
 		}()
 	}
 }
 
+// Reasons a connection is refused or dropped (connections_dropped_total).
+const (
+	dropPublisher  = iota // a bound rank already has a live publisher
+	dropHandshakes        // too many handshakes in progress on a bound rank
+	dropHandshake         // the handshake failed or timed out
+	dropStalled           // a message stopped arriving part-way (FrameTimeout)
+	numDropReasons
+)
+
+var dropReasons = [numDropReasons]string{"second_publisher", "handshakes", "handshake", "stalled"}
+
+// drop counts a connection refused or dropped for reason.
+func (r *rank) drop(reason int, err error) {
+	if r.ctx.Err() != nil {
+		return // stopping: the rank closed it
+	}
+	r.dropped.Add(1)
+	if r.met != nil {
+		r.met.dropped[reason].Inc()
+	}
+	if r.logLimit.allow() {
+		r.log.Warn("kv events: connection dropped", "endpoint", r.ep.String(), "reason", dropReasons[reason], "err", err)
+	}
+}
+
 // open performs the SUB handshake and subscribes.
-func (r *rank) open(nc net.Conn, server bool) (*zmq4.Conn, error) {
+func (r *rank) open(nc net.Conn, server bool) (*zmtpConn, error) {
 	stop := context.AfterFunc(r.ctx, func() { nc.Close() })
 	defer stop()
-	c, err := openZMTP(nc, zmq4.Sub, server)
+	c, err := handshakeZMTP(nc, zmq4.Sub, server, r.lim)
 	if err != nil {
 		return nil, err
 	}
-	if err := subscribe(c, r.topic); err != nil {
+	if err := c.subscribe(r.topic); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // serve reads one connection until it fails or the rank stops.
-func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
+func (r *rank) serve(c *zmtpConn) {
+	nc := c.nc
 	stop := context.AfterFunc(r.ctx, func() { nc.Close() })
 	defer stop()
 	defer nc.Close()
@@ -227,19 +302,21 @@ func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
 		return
 	}
 	for {
-		msg, err := c.RecvMsg()
-		if err != nil {
-			if errors.Is(err, errMessageTooLarge) {
-				r.malformedMsg("size", "%v; dropping the connection", err)
-			}
+		f, n, cmd, err := c.recv()
+		switch {
+		case errors.Is(err, errMessageTooLarge):
+			r.malformedMsg("size", "%v; dropping the connection", err)
 			return
+		case errors.Is(err, errStalled):
+			r.drop(dropStalled, err)
+			return
+		case err != nil:
+			return
+		case cmd:
+			continue // PING is answered by recv; other commands carry nothing for us
 		}
-		if msg.Type == zmq4.CmdMsg {
-			continue // PING is answered by zmq4; other commands carry nothing for us
-		}
-		f := msg.Frames
-		if len(f) != 3 {
-			r.malformedMsg("frames", "message with %d frames, want 3", len(f))
+		if n != 3 {
+			r.malformedMsg("frames", "message with %d frames, want 3", n)
 			continue
 		}
 		if len(f[1]) != 8 {
@@ -253,9 +330,27 @@ func (r *rank) serve(nc net.Conn, c *zmq4.Conn) {
 		if r.met != nil {
 			r.met.bytes.Add(float64(len(f[2])))
 		}
-		if !r.push(item{seq: binary.BigEndian.Uint64(f[1]), topic: f[0], payload: f[2]}) {
+		it := item{seq: binary.BigEndian.Uint64(f[1]), topic: f[0], payload: f[2]}
+		if !r.takeBudget(&it) || !r.push(it) {
+			r.budget.give(it.budget)
 			return
 		}
+	}
+}
+
+// takeBudget takes the item's bytes from the shared queue budget, waiting
+// (reading nothing) while other ranks' queued batches hold it.
+func (r *rank) takeBudget(it *item) bool {
+	took, _ := r.budget.take(r.ctx, int64(len(it.payload)+len(it.topic)), r)
+	it.budget = took
+	return took > 0
+}
+
+// budgetWait counts a reader about to wait for the queue budget.
+func (r *rank) budgetWait() {
+	r.budgetWaits.Add(1)
+	if r.met != nil {
+		r.met.budgetWaits.Inc()
 	}
 }
 
@@ -313,23 +408,25 @@ func (r *rank) applyLoop() {
 		case p := <-r.pauses:
 			r.hold(p)
 		case it := <-r.q:
-			r.dequeued(it)
 			if it.connected {
+				r.dequeued(it)
 				r.onConnect()
 				continue
 			}
 			r.onBatch(it.seq, it.topic, it.payload)
+			r.dequeued(it)
 		}
 	}
 }
 
-// dequeued releases the large message slot of a dequeued item, if it held
-// one. The applier is then done with the queue's share of its memory: the
-// payload is referenced only until it is applied.
+// dequeued releases the large message slot of a handled item, if it held
+// one, and gives its bytes back to the queue budget: the payload is
+// referenced only until it is applied.
 func (r *rank) dequeued(it item) {
 	if len(it.payload) >= largeMessage {
 		<-r.large
 	}
+	r.budget.give(it.budget)
 }
 
 // restoreFrom steps the snapshot's position in: the index holds the rank's
@@ -408,8 +505,16 @@ func (r *rank) checkpoint(fn func(kv.WorkerRank, Position, []kv.WorkerRank) erro
 	return fn(kv.WorkerRank{ID: r.worker, DPRank: r.dp}, p.pos, p.ranks)
 }
 
-// onConnect tells the sequence state machine that a new connection is up.
-func (r *rank) onConnect() { r.handle(seqInput{kind: inConnect}, nil) }
+// onConnect tells the sequence state machine that a new connection is up,
+// and whether a full catch-up was allowed less than catchUpInterval ago.
+func (r *rank) onConnect() {
+	now := time.Now()
+	limited := r.catchUpInterval > 0 && !r.lastFull.IsZero() && now.Sub(r.lastFull) < r.catchUpInterval
+	if !limited {
+		r.lastFull = now
+	}
+	r.handle(seqInput{kind: inConnect, limited: limited}, nil)
+}
 
 // onBatch hands it one batch from the live stream.
 func (r *rank) onBatch(seq uint64, topic, payload []byte) {
@@ -424,7 +529,7 @@ func (r *rank) onBatch(seq uint64, topic, payload []byte) {
 func (r *rank) handle(in seqInput, payload []byte) {
 	acts := r.seq.step(in, r.acts[:0])
 	for {
-		from, replay, _ := r.execute(acts, payload)
+		from, replay, _ := r.execute(acts, payload, false)
 		r.acts = acts[:0]
 		if !replay {
 			return
@@ -456,7 +561,7 @@ func (r *rank) runReplay(from uint64) seqInput {
 func (r *rank) onReply(seq uint64, topic, payload []byte) error {
 	in := seqInput{kind: inReplayReply, seq: seq, sum: xxhash.Sum64(payload), epoch: topicEpoch(topic)}
 	acts := r.seq.step(in, r.replyActs[:0])
-	_, _, cut := r.execute(acts, payload)
+	_, _, cut := r.execute(acts, payload, false)
 	r.replyActs = acts[:0]
 	if cut == nil {
 		r.between()
@@ -466,12 +571,24 @@ func (r *rank) onReply(seq uint64, topic, payload []byte) error {
 
 // execute carries out one step's actions; payload is the batch the step was
 // about. It returns the replay asked for, if any, and the error that cuts
-// off a replay whose seqs do not increase.
-func (r *rank) execute(acts []seqAction, payload []byte) (from uint64, replay bool, cut error) {
+// off a replay whose seqs do not increase. An apply whose batch does not
+// decode (the step's last action) steps undecodable in and carries out its
+// actions too (redo: those; nothing they apply is the same batch again).
+func (r *rank) execute(acts []seqAction, payload []byte, redo bool) (from uint64, replay bool, cut error) {
 	for i := range acts {
 		switch a := &acts[i]; a.kind {
 		case actApply:
-			r.apply(a.seq, payload)
+			if !r.apply(a.seq, payload) && !redo && i == len(acts)-1 {
+				more := r.seq.step(seqInput{kind: inUndecodable, seq: a.seq}, r.badActs[:0])
+				f, rp, c := r.execute(more, nil, true)
+				r.badActs = more[:0]
+				if rp {
+					from, replay = f, true
+				}
+				if c != nil {
+					cut = c
+				}
+			}
 		case actClear:
 			r.sink.reset()
 		case actReplay:
@@ -508,6 +625,11 @@ func (r *rank) count(c seqCounter) {
 			r.met.restarts.Inc()
 		}
 		r.lastSeq.Store(0) // nothing of the new incarnation applied yet
+	case countCatchUpsLimited:
+		r.limited.Add(1)
+		if r.met != nil {
+			r.met.catchUpsLimited.Inc()
+		}
 	}
 }
 
@@ -553,20 +675,29 @@ func (r *rank) outcome(a *seqAction) {
 	r.log.Log(context.Background(), level, o.msg, args...)
 }
 
-// apply decodes and applies one batch.
-func (r *rank) apply(seq uint64, payload []byte) {
+// apply decodes and applies one batch. It reports false when the batch does
+// not decode: nothing of it was applied, and it must not count as applied.
+// A batch refused for what it says (a dp rank no engine has) is applied as
+// nothing: its seq is consumed.
+func (r *rank) apply(seq uint64, payload []byte) bool {
 	r.st.reset()
 	err := r.sink.apply(payload, &r.st)
-	r.lastSeq.Store(seq)
 	if err != nil {
 		r.decodeErrors.Add(1)
 		if r.met != nil {
 			r.met.decodeErrors.Inc()
 		}
+		if !errors.Is(err, errRefused) {
+			if r.logLimit.allow() {
+				r.log.Warn("kv events: batch does not decode", "seq", seq, "err", err)
+			}
+			return false
+		}
 		if r.logLimit.allow() {
-			r.log.Warn("kv events: batch skipped", "seq", seq, "err", err)
+			r.log.Warn("kv events: batch refused", "seq", seq, "err", err)
 		}
 	}
+	r.lastSeq.Store(seq)
 	r.eventsApplied.Add(uint64(r.st.events))
 	if r.met != nil {
 		r.met.record(seq, &r.st)
@@ -578,23 +709,27 @@ func (r *rank) apply(seq uint64, payload []byte) {
 				"count", r.st.decodeErrors, "err", r.st.firstErr)
 		}
 	}
+	return true
 }
 
 // status reports the rank's counters.
 func (r *rank) status() RankStatus {
 	return RankStatus{
-		DPRank:         r.dp,
-		Connected:      r.conns.Load() > 0,
-		LastSeq:        r.lastSeq.Load(),
-		EventsApplied:  r.eventsApplied.Load(),
-		Gaps:           r.gaps.Load(),
-		Replays:        r.replays.Load(),
-		ReplayFailures: r.replayFailures.Load(),
-		EngineRestarts: r.restarts.Load(),
-		Reconnects:     r.reconnects.Load(),
-		DecodeErrors:   r.decodeErrors.Load(),
-		CachedBlocks:   r.sink.cached(),
-		Restore:        restoreName(r.restore.Load()),
+		DPRank:          r.dp,
+		Connected:       r.conns.Load() > 0,
+		LastSeq:         r.lastSeq.Load(),
+		EventsApplied:   r.eventsApplied.Load(),
+		Gaps:            r.gaps.Load(),
+		Replays:         r.replays.Load(),
+		ReplayFailures:  r.replayFailures.Load(),
+		EngineRestarts:  r.restarts.Load(),
+		Reconnects:      r.reconnects.Load(),
+		DecodeErrors:    r.decodeErrors.Load(),
+		Dropped:         r.dropped.Load(),
+		CatchUpsLimited: r.limited.Load(),
+		BudgetWaits:     r.budgetWaits.Load(),
+		CachedBlocks:    r.sink.cached(),
+		Restore:         restoreName(r.restore.Load()),
 	}
 }
 

@@ -36,6 +36,7 @@ type replayClient struct {
 	ep      Endpoint
 	dialer  *net.Dialer
 	timeout time.Duration // per-reply idle timeout
+	lim     zmtpLimits    // handshake and message size (the reply deadline is timeout)
 }
 
 // replay sends ["", start] on a fresh DEALER connection and calls fn for
@@ -52,37 +53,44 @@ func (rc *replayClient) replay(ctx context.Context, start uint64, fn replyFunc) 
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
 
-	c, err := openZMTP(nc, zmq4.Dealer, false)
+	lim := rc.lim
+	if lim.handshake <= 0 {
+		lim.handshake = rc.timeout
+	}
+	if lim.maxMessage <= 0 {
+		lim.maxMessage = defaultMaxMessageBytes
+	}
+	lim.frame = 0 // each reply has its own deadline
+	c, err := handshakeZMTP(nc, zmq4.Dealer, false, lim)
 	if err != nil {
 		return fmt.Errorf("replay handshake %s: %w", rc.ep, err)
 	}
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], start)
 	_ = nc.SetWriteDeadline(time.Now().Add(rc.timeout))
-	if err := c.SendMsg(zmq4.NewMsgFrom([]byte{}, req[:])); err != nil {
+	if err := c.send([]byte{}, req[:]); err != nil {
 		return fmt.Errorf("replay request %s: %w", rc.ep, err)
 	}
 	for {
 		_ = nc.SetReadDeadline(time.Now().Add(rc.timeout))
-		msg, err := c.RecvMsg()
+		f, n, cmd, err := c.recv()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("replay recv %s: %w", rc.ep, err)
 		}
-		if msg.Type == zmq4.CmdMsg {
+		if cmd {
 			continue
 		}
-		f := msg.Frames
 		var topic, seqFrame, payload []byte
 		switch {
-		case len(f) == 3 && len(f[0]) == 0:
+		case n == 3 && len(f[0]) == 0:
 			seqFrame, payload = f[1], f[2]
-		case len(f) == 4 && len(f[0]) == 0:
+		case n == 4 && len(f[0]) == 0:
 			topic, seqFrame, payload = f[1], f[2], f[3]
 		default:
-			return fmt.Errorf("replay %s: %w: %d frames", rc.ep, errReplayMalformed, len(f))
+			return fmt.Errorf("replay %s: %w: %d frames", rc.ep, errReplayMalformed, n)
 		}
 		if len(seqFrame) != 8 {
 			return fmt.Errorf("replay %s: %w: seq frame of %d bytes", rc.ep, errReplayMalformed, len(seqFrame))

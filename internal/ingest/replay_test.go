@@ -42,17 +42,17 @@ func replayPeer(t *testing.T, replies [][][]byte) Endpoint {
 				if err != nil {
 					return
 				}
-				if _, err := c.RecvMsg(); err != nil {
+				if _, _, _, err := c.recv(); err != nil {
 					return
 				}
 				for _, f := range replies {
-					if err := c.SendMsg(zmq4.NewMsgFrom(f...)); err != nil {
+					if err := c.send(f...); err != nil {
 						return
 					}
 				}
 				// Hold the connection until the client gives up or the test ends.
 				for {
-					if _, err := c.RecvMsg(); err != nil {
+					if _, _, _, err := c.recv(); err != nil {
 						return
 					}
 				}

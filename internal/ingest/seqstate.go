@@ -34,7 +34,12 @@ type seqState struct {
 	restoredSeq uint64
 
 	held seqHeld
-	conn seqConn
+	// prev is what the rank held before the last apply, and applied says
+	// the last step's last action was that apply: a batch that does not
+	// decode (undecodable, stepped right after) was never applied.
+	prev    seqHeld
+	applied bool
+	conn    seqConn
 	// epoch is the last SGLang sgl-kv-epoch seen in a topic (nil: none yet).
 	epoch []byte
 
@@ -90,10 +95,13 @@ const (
 	// replayRestore: a restored rank's first connection asks for the
 	// buffer from the restored seq on, to check that the engine continues it.
 	replayRestore
+	// replayRedo: a live batch did not decode; the engine's copy of it (and
+	// what follows) is asked for.
+	replayRedo
 	numReplayPurposes
 )
 
-var replayPurposeNames = [numReplayPurposes]string{"none", "catch-up", "rebuild", "gap", "restore"}
+var replayPurposeNames = [numReplayPurposes]string{"none", "catch-up", "rebuild", "gap", "restore", "redo"}
 
 // replayRun is the progress of one replay.
 type replayRun struct {
@@ -146,11 +154,12 @@ const (
 	inReplayFailed                        // the replay failed (error, timeout, or cut off)
 	inReplayAbandoned                     // the rank stopped during the replay
 	inRestore                             // the rank starts from a snapshot's position
+	inUndecodable                         // the batch the last step applied (seq) did not decode
 	numSeqInputs
 )
 
 var seqInputNames = [numSeqInputs]string{"connect", "live", "replay-reply", "replay-end", "replay-failed",
-	"replay-abandoned", "restore"}
+	"replay-abandoned", "restore", "undecodable"}
 
 // replayOutcome reports whether k ends the replay in progress.
 func replayOutcome(k seqInputKind) bool { return k >= inReplayEnd && k <= inReplayAbandoned }
@@ -163,6 +172,9 @@ type seqInput struct {
 	seq   uint64 // inLive, inReplayReply, inRestore
 	sum   uint64 // inLive, inReplayReply, inRestore
 	epoch []byte // the topic's sgl-kv-epoch value (nil: the topic has none or is not known)
+	// limited: inConnect within the catch-up window of an earlier full
+	// catch-up (the shell owns the clock; Config.CatchUpInterval).
+	limited bool
 }
 
 // seqActionKind is what the shell must do.
@@ -186,13 +198,14 @@ var seqActionNames = [numSeqActions]string{"apply", "clear", "request-replay", "
 type seqCounter uint8
 
 const (
-	countGaps           seqCounter = iota // sequence gaps on the live stream
-	countReplayFailures                   // lost history and failed replays
-	countRestarts                         // engine restarts (LastSeq reads 0 until the next apply)
+	countGaps            seqCounter = iota // sequence gaps on the live stream
+	countReplayFailures                    // lost history and failed replays
+	countRestarts                          // engine restarts (LastSeq reads 0 until the next apply)
+	countCatchUpsLimited                   // connections that did not catch up from seq 0 (catch-up window)
 	numSeqCounters
 )
 
-var seqCounterNames = [numSeqCounters]string{"gaps", "replay-failures", "engine-restarts"}
+var seqCounterNames = [numSeqCounters]string{"gaps", "replay-failures", "engine-restarts", "catch-ups-limited"}
 
 // seqNote is a log line an action asks for.
 type seqNote uint8
@@ -203,6 +216,7 @@ const (
 	noteGapNotRecovered                // the gap replay failed short of arg
 	noteRestarted                      // the engine restarted: last applied seq, the seq that showed it
 	noteReplayFailed                   // the replay failed (the shell adds its error)
+	noteUndecodable                    // batch seq did not decode: replaying it
 	numSeqNotes
 )
 
@@ -218,6 +232,7 @@ var seqNotes = [numSeqNotes]struct {
 	noteGapNotRecovered: {"gap-not-recovered", "kv events: gap not recovered, clearing worker rank and rebuilding", true, "missing_from", "resumes_at"},
 	noteRestarted:       {"engine-restarted", "kv events: engine restarted, clearing worker rank", true, "last_seq", "seq"},
 	noteReplayFailed:    {"replay-failed", "kv events: replay failed", true, "", ""},
+	noteUndecodable:     {"undecodable", "kv events: batch does not decode, replaying it", true, "seq", "live"},
 }
 
 // restoreOutcome is what became of a restored rank (RankStatus.Restore).
@@ -344,6 +359,15 @@ const (
 	ruleRestoreKept                         // without a catch-up, the first live seq follows the restored one: kept
 	ruleRestoreLiveCleared                  // without a catch-up, the first live seq does not follow: cleared
 	ruleRestoreLiveEpoch                    // without a catch-up, the first live batch has another epoch: cleared
+	ruleConnectResume                       // a connection within the catch-up window asks from the last applied seq
+	ruleConnectLimited                      // a connection within the window, holding nothing: no catch-up
+	ruleUndecodableGap                      // a live batch that does not decode is a gap: replayed
+	ruleUndecodableLost                     // ... without a replay endpoint: history lost
+	ruleUndecodableReply                    // a replayed batch that does not decode: history lost
+	ruleRedoDone                            // the replay of a batch that did not decode ended
+	ruleRedoFailed                          // it failed
+	ruleRedoShort                           // it did not deliver the batch: history lost
+	ruleRedoFailedHole                      // it failed before the batch: cleared
 	numSeqRules
 )
 
@@ -352,17 +376,25 @@ var _ [64 - numSeqRules]struct{}
 
 func (s *seqState) took(r seqRule) { s.taken |= 1 << r }
 
-func (s *seqState) emit(a seqAction) { s.out = append(s.out, a) }
+// emit appends an action; after it, an apply is no longer the step's last.
+func (s *seqState) emit(a seqAction) {
+	s.out = append(s.out, a)
+	s.applied = false
+}
 
 // step handles one input, appending the actions to out.
 func (s *seqState) step(in seqInput, out []seqAction) []seqAction {
 	s.out = out
 	replaying := s.rp.purpose != replayNone
+	applied := s.applied
+	s.applied = false
 	switch {
 	case in.kind == inRestore && !s.started:
 		s.restoreFrom(in)
+	case in.kind == inUndecodable && applied && in.seq == s.held.last:
+		s.undecodable(in.seq)
 	case in.kind == inConnect && !replaying:
-		s.connect()
+		s.connect(in.limited)
 	case in.kind == inLive && !replaying:
 		s.live(in)
 	case in.kind == inReplayReply && replaying:
@@ -384,7 +416,16 @@ func (s *seqState) step(in seqInput, out []seqAction) []seqAction {
 // A restored rank whose outcome is not decided asks from the restored seq
 // instead: the reply at that seq shows whether the engine is the one the
 // snapshot followed, and what follows it is all the rank lacks.
-func (s *seqState) connect() {
+//
+// Full catch-ups are rate-limited (limited: the shell saw one less than
+// Config.CatchUpInterval ago), so a flapping or hostile peer cannot make
+// the engine resend its whole buffer on every connection. A limited
+// connection asks from the last applied seq instead, which checks as much:
+// the reply at that seq shows another incarnation by its digest, a buffer
+// ending before it a restart, and replies below it are skipped anyway. A
+// limited connection to a rank that holds nothing asks for nothing: the
+// live rules go on (as after a failed catch-up).
+func (s *seqState) connect(limited bool) {
 	s.conn = seqConn{}
 	switch {
 	case !s.canReplay:
@@ -392,10 +433,69 @@ func (s *seqState) connect() {
 	case s.restoring:
 		s.took(ruleRestoreCatchUp)
 		s.requestReplay(replayRestore, s.held.last)
-	default:
+	case !limited:
 		s.took(ruleConnectCatchUp)
 		s.requestReplay(replayCatchUp, 0)
+	case s.held.ok:
+		s.took(ruleConnectResume)
+		s.count(countCatchUpsLimited)
+		s.requestReplay(replayCatchUp, s.held.last)
+	default:
+		s.took(ruleConnectLimited)
+		s.count(countCatchUpsLimited)
 	}
+}
+
+// whyUndecodable is the history-lost reason of a batch that does not decode.
+const whyUndecodable = "batch does not decode"
+
+// undecodable handles batch seq, which the last step applied and which did
+// not decode: nothing of it was applied, so the rank holds what it held
+// before, and the batch is missing like a gap's. A live batch is asked for
+// again from the engine's buffer (replayRedo), or without a replay endpoint
+// the rank is cleared and rebuilt from what arrives; a replayed batch (the
+// buffer has no other copy of it) is lost: the rank is cleared and the
+// replay goes on.
+func (s *seqState) undecodable(seq uint64) {
+	s.held = s.prev
+	switch {
+	case s.rp.purpose != replayNone:
+		s.took(ruleUndecodableReply)
+		s.lost(whyUndecodable, seq, seq+1)
+		return
+	case !s.canReplay:
+		s.took(ruleUndecodableLost)
+		s.count(countGaps)
+		s.lost(whyUndecodable, seq, seq+1)
+		return
+	}
+	s.took(ruleUndecodableGap)
+	s.count(countGaps)
+	s.log(noteUndecodable, "", seq, seq)
+	s.requestReplay(replayRedo, seq)
+}
+
+// redoDone ends the replay of a live batch that did not decode. When the
+// rank does not hold it afterwards (the replay failed or ended before it,
+// or the buffer holds another incarnation), it is lost: the rank is
+// cleared. A copy that did not decode either was lost as a reply.
+func (s *seqState) redoDone(rp *replayRun, ok bool) {
+	switch h := &s.held; {
+	case h.ok && h.last < rp.from && ok:
+		s.took(ruleRedoShort)
+		s.lost("replay did not deliver the batch that did not decode", rp.from, rp.from+1)
+	case h.ok && h.last < rp.from:
+		s.took(ruleRedoFailedHole)
+		s.replayFailed()
+		s.log(noteGapNotRecovered, "", rp.from, rp.from+1)
+		s.clear()
+	case ok:
+		s.took(ruleRedoDone)
+	default:
+		s.took(ruleRedoFailed)
+		s.replayFailed()
+	}
+	s.markCovered(rp, ok)
 }
 
 // live handles a batch from the live stream. A change of SGLang's topic epoch
@@ -569,6 +669,8 @@ func (s *seqState) replayDone(kind seqInputKind) {
 		s.gapDone(&rp, b.seq, ok)
 	case replayRestore:
 		s.restoreDone(&rp, ok)
+	case replayRedo:
+		s.redoDone(&rp, ok)
 	}
 	if b.ok {
 		s.liveRules(b)
@@ -670,8 +772,11 @@ func (s *seqState) clear() {
 	s.held.ok, s.held.fromZero, s.conn.covered = false, false, false
 }
 
+// apply applies batch seq; it is the step's last action (the shell steps
+// undecodable right after when the batch does not decode).
 func (s *seqState) apply(seq, sum uint64) {
 	s.emit(seqAction{kind: actApply, seq: seq})
+	s.prev, s.applied = s.held, true
 	s.held = seqHeld{ok: true, last: seq, sum: sum}
 }
 

@@ -20,13 +20,20 @@ import (
 //	restore last=N [sum=S] [epoch=E]
 //	                             the rank starts from a snapshot: it holds the engine's
 //	                             blocks as of batch N (digest S) of topic epoch E
-//	connect                      a new connection is up
-//	live seq=<seqs> [sum=N] [epoch=E]
+//	connect [limited]            a new connection is up (limited: within the catch-up
+//	                             window of an earlier full catch-up)
+//	live seq=<seqs> [sum=N] [epoch=E] [undecodable=<seqs>]
 //	                             live batches; sum is the payload's digest (another
 //	                             engine incarnation's batch at the same seq differs),
 //	                             epoch the topic's sgl-kv-epoch
-//	replay-reply seq=<seqs> [sum=N]
+//	replay-reply seq=<seqs> [sum=N] [undecodable=<seqs>]
 //	                             replies of the replay in progress
+//	undecodable seq=N            batch N did not decode (the harness steps this itself
+//	                             after an apply, see undecodable=)
+//	undecodable=<seqs>           (on any input) when a step applies one of these
+//	                             seqs, the batch does not decode: as the shell does, the
+//	                             harness steps an undecodable input for it and prints
+//	                             "undecodable <seq>:" before its actions
 //	replay-end | replay-failed | replay-abandoned
 //	                             the replay reached its end marker, failed (an error,
 //	                             a timeout, or cut off), or the rank stopped under it
@@ -72,8 +79,11 @@ type seqHarness struct {
 	// counts are the status counters the rank's shell keeps from the actions
 	// (count, request-replay, apply and engine-restarts for the last seq),
 	// and the restore's outcome (restore-outcome).
-	gaps, replays, failures, restarts, lastSeq uint64
-	restore                                    string
+	gaps, replays, failures, restarts, lastSeq, limited uint64
+	restore                                             string
+	// preApply is lastSeq before the last apply: the shell sets LastSeq
+	// only once a batch is applied, so not for one that does not decode.
+	preApply uint64
 }
 
 func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
@@ -83,13 +93,16 @@ func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "init":
 		h.s = &seqState{canReplay: !d.HasArg("no-replay")}
-		h.gaps, h.replays, h.failures, h.restarts, h.lastSeq, h.restore = 0, 0, 0, 0, 0, ""
+		h.gaps, h.replays, h.failures, h.restarts, h.lastSeq, h.limited, h.restore = 0, 0, 0, 0, 0, 0, ""
 		return "ok"
 	case "state":
 		return h.s.String()
 	case "counters":
 		c := fmt.Sprintf("gaps=%d replays=%d replay-failures=%d engine-restarts=%d last-seq=%d",
 			h.gaps, h.replays, h.failures, h.restarts, h.lastSeq)
+		if h.limited > 0 {
+			c += fmt.Sprintf(" catch-ups-limited=%d", h.limited)
+		}
 		if h.restore != "" {
 			c += " restore=" + h.restore
 		}
@@ -100,7 +113,7 @@ func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
 	case "restore":
 		ins = []seqInput{h.restoreInput(t, d)}
 	case "connect":
-		ins = []seqInput{{kind: inConnect}}
+		ins = []seqInput{{kind: inConnect, limited: d.HasArg("limited")}}
 	case "live", "replay-reply":
 		ins = h.batches(t, d)
 	case "replay-end":
@@ -109,13 +122,35 @@ func (h *seqHarness) run(t *testing.T, d *datadriven.TestData) string {
 		ins = []seqInput{{kind: inReplayFailed}}
 	case "replay-abandoned":
 		ins = []seqInput{{kind: inReplayAbandoned}}
+	case "undecodable":
+		in := seqInput{kind: inUndecodable}
+		d.ScanArgs(t, "seq", &in.seq)
+		ins = []seqInput{in}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
+	bad := map[uint64]bool{}
+	if arg, ok := d.Arg("undecodable"); ok {
+		for _, v := range arg.Vals {
+			for _, seq := range parseSeqs(t, d, v) {
+				bad[seq] = true
+			}
+		}
+	}
 	var out []string
 	for _, in := range ins {
-		for _, a := range h.step(in) {
+		acts := h.step(in)
+		for _, a := range acts {
 			out = append(out, a.String())
+		}
+		// The shell applies the batch: the step's last action.
+		if n := len(acts); n > 0 && acts[n-1].kind == actApply && bad[acts[n-1].seq] {
+			seq := acts[n-1].seq
+			out = append(out, fmt.Sprintf("undecodable %d:", seq))
+			h.lastSeq = h.preApply
+			for _, a := range h.step(seqInput{kind: inUndecodable, seq: seq}) {
+				out = append(out, a.String())
+			}
 		}
 	}
 	if len(out) == 0 {
@@ -163,20 +198,29 @@ func (h *seqHarness) batches(t *testing.T, d *datadriven.TestData) []seqInput {
 	}
 	var ins []seqInput
 	for _, v := range arg.Vals {
-		lo, hi, isRange := strings.Cut(v, "-")
-		a, err := strconv.ParseUint(lo, 10, 64)
-		b := a
-		if err == nil && isRange {
-			b, err = strconv.ParseUint(hi, 10, 64)
-		}
-		if err != nil || b < a {
-			d.Fatalf(t, "bad seq %q", v)
-		}
-		for seq := a; seq <= b; seq++ {
+		for _, seq := range parseSeqs(t, d, v) {
 			ins = append(ins, seqInput{kind: kind, seq: seq, sum: sum, epoch: epoch})
 		}
 	}
 	return ins
+}
+
+// parseSeqs parses a seq or a range a-b.
+func parseSeqs(t *testing.T, d *datadriven.TestData, v string) []uint64 {
+	lo, hi, isRange := strings.Cut(v, "-")
+	a, err := strconv.ParseUint(lo, 10, 64)
+	b := a
+	if err == nil && isRange {
+		b, err = strconv.ParseUint(hi, 10, 64)
+	}
+	if err != nil || b < a {
+		d.Fatalf(t, "bad seq %q", v)
+	}
+	var seqs []uint64
+	for seq := a; seq <= b; seq++ {
+		seqs = append(seqs, seq)
+	}
+	return seqs
 }
 
 // step steps one input, recording coverage and the counters.
@@ -188,7 +232,7 @@ func (h *seqHarness) step(in seqInput) []seqAction {
 		h.cov.actions[a.kind] = true
 		switch a.kind {
 		case actApply:
-			h.lastSeq = a.seq
+			h.preApply, h.lastSeq = h.lastSeq, a.seq
 		case actReplay:
 			h.replays++
 		case actCount:
@@ -201,6 +245,8 @@ func (h *seqHarness) step(in seqInput) []seqAction {
 			case countRestarts:
 				h.restarts++
 				h.lastSeq = 0
+			case countCatchUpsLimited:
+				h.limited++
 			}
 		case actLog:
 			h.cov.notes[a.note] = true
@@ -253,10 +299,14 @@ func (p seqPhase) String() string {
 
 // expected reports whether the state machine expects input in in phase p:
 // a restore first (so in the empty phase), connect and live batches while
-// waiting for them, a replay's replies and outcomes while replaying.
+// waiting for them, a replay's replies and outcomes while replaying, and a
+// batch that does not decode after a live batch or a reply was applied.
 func expected(p seqPhase, in seqInputKind) bool {
-	if in == inRestore {
+	switch in {
+	case inRestore:
 		return p == phaseEmpty
+	case inUndecodable:
+		return p == phaseHolding || p >= phaseReplaying
 	}
 	return (p >= phaseReplaying) == (in >= inReplayReply)
 }

@@ -13,7 +13,9 @@ import (
 // sink applies one rank's batches in order. One goroutine uses it at a time.
 type sink interface {
 	// apply decodes one batch and applies it to the index, accumulating
-	// counts into st. An error means the batch could not be decoded at all.
+	// counts into st. An error means nothing of the batch was applied: it
+	// could not be decoded at all, or (errRefused) it was refused for what
+	// it says.
 	apply(payload []byte, st *batchStats) error
 	// reset drops everything the rank holds in the index and forgets the
 	// decoder's learned state.
@@ -39,11 +41,14 @@ type indexSink struct {
 	others []uint32
 }
 
-func newIndexSink(idx *radix.Index, w kv.WorkerRank, blockSize int, log *slog.Logger) *indexSink {
+// errRefused: a batch that decodes but names a dp rank no engine has.
+var errRefused = errors.New("batch refused")
+
+func newIndexSink(idx *radix.Index, w kv.WorkerRank, blockSize, maxEvents int, log *slog.Logger) *indexSink {
 	return &indexSink{
 		idx:  idx,
 		w:    w,
-		norm: normalize.New(normalize.Config{BlockSize: blockSize, Logger: log}),
+		norm: normalize.New(normalize.Config{BlockSize: blockSize, Logger: log, MaxEvents: maxEvents}),
 	}
 }
 
@@ -55,7 +60,7 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 	if b.DPRank >= kv.MaxDPSize {
 		// No engine has this rank: applying it would create a phantom
 		// worker rank in the index (one per garbage value).
-		return fmt.Errorf("batch dp rank %d out of range [0, %d)", b.DPRank, kv.MaxDPSize)
+		return fmt.Errorf("%w: dp rank %d out of range [0, %d)", errRefused, b.DPRank, kv.MaxDPSize)
 	}
 	st.ts = b.TS
 	for i, n := range b.Skipped {

@@ -48,7 +48,7 @@ func TestSinkDPRank(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			idx := radix.New(radix.Config{CheckInvariants: true})
-			s := newIndexSink(idx, w, testBlockSize, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			s := newIndexSink(idx, w, testBlockSize, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			var st batchStats
 			st.reset()
 			err := s.apply(batch(tc.dp, 7), &st)

@@ -12,9 +12,13 @@ answered with one JSON line on stdout:
   {"op": "publish", "events": [...], "skip": false, "form": "array"|"map"}
       Encode one batch and give it the next seq. With skip, the batch goes to
       the replay buffer but not to the live socket (a dropped message).
-      Reply: {"seq": n}.
+      "payload_hex" replaces the encoded batch (live and buffered),
+      "live_payload_hex" the live copy only. Reply: {"seq": n}.
   {"op": "raw", "frames": ["hex", ...]}
       Send these frames on the PUB socket as one message. Reply: {}.
+  {"op": "requests"}
+      The start seqs of the replay requests received so far, in order.
+      Reply: {"starts": [...]}.
   {"op": "exit"}
       Close the sockets and exit. Reply: {}.
 
@@ -112,6 +116,7 @@ def main():
     topic = bytes.fromhex(args.topic_hex)
     buf = deque(maxlen=args.buffer)
     seq = 0
+    starts = []
 
     print(json.dumps({"pub_port": pub_port, "replay_port": replay_port}), flush=True)
 
@@ -137,6 +142,7 @@ def main():
                     continue
                 client, _, start = frames
                 start_seq = int.from_bytes(start, "big")
+                starts.append(start_seq)
                 for s, payload in list(buf):
                     if s >= start_seq:
                         sb = s.to_bytes(8, "big")
@@ -156,15 +162,22 @@ def main():
             op = cmd.get("op")
             if op == "publish":
                 payload = encode_batch(cmd.get("events", []), cmd.get("form", args.form), args.rank)
+                if "payload_hex" in cmd:
+                    payload = bytes.fromhex(cmd["payload_hex"])
+                live = payload
+                if "live_payload_hex" in cmd:
+                    live = bytes.fromhex(cmd["live_payload_hex"])
                 s = seq
                 seq += 1
                 if not cmd.get("skip"):
-                    pub.send_multipart((topic, s.to_bytes(8, "big"), payload))
+                    pub.send_multipart((topic, s.to_bytes(8, "big"), live))
                 buf.append((s, payload))
                 reply({"seq": s})
             elif op == "raw":
                 pub.send_multipart([bytes.fromhex(f) for f in cmd["frames"]])
                 reply({})
+            elif op == "requests":
+                reply({"starts": starts})
             elif op == "exit":
                 reply({})
                 break
