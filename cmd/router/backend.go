@@ -111,7 +111,7 @@ func (b *backend) finalSnapshot(log *slog.Logger) {
 	if b.st == nil {
 		return
 	}
-	info, err := b.st.Snapshot(b.index, b.ing)
+	info, err := b.st.SnapshotNow(b.index, b.ing)
 	if err != nil {
 		log.Error("shutdown snapshot failed; the previous one stays", "err", err)
 		return

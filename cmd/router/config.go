@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
@@ -55,6 +56,7 @@ type Config struct {
 
 	StateDir         string        `yaml:"state_dir"`
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
+	SnapshotCPU      float64       `yaml:"snapshot_cpu"`
 
 	Workers []WorkerConfig `yaml:"workers"`
 }
@@ -141,6 +143,7 @@ func defaultConfig() Config {
 		IndexSegmentBlocks:  radix.DefaultSegmentBlocks,
 		StateDir:            defaultStateDir(),
 		SnapshotInterval:    30 * time.Second,
+		SnapshotCPU:         persist.DefaultSnapshotCPU,
 	}
 }
 
@@ -188,6 +191,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.IndexSegmentBlocks, "index-segment-blocks", c.IndexSegmentBlocks, "index path segments start at this many blocks times each power of two; each segment is sharded by its first node")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the durable registry and index snapshots, locked while the router runs (\"none\": keep nothing)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often the index is snapshotted to the state dir (also at shutdown)")
+	fs.Float64Var(&c.SnapshotCPU, "snapshot-cpu", c.SnapshotCPU, "share of one core a periodic snapshot may take, in (0, 1] (the shutdown snapshot runs flat out)")
 }
 
 // loadConfig builds the configuration from defaults, the --config file and
@@ -282,6 +286,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: state_dir is empty (%q turns persistence off)", stateOff)
 	case c.SnapshotInterval <= 0:
 		return fmt.Errorf("config: snapshot_interval %v must be positive", c.SnapshotInterval)
+	case !(c.SnapshotCPU > 0 && c.SnapshotCPU <= 1):
+		return fmt.Errorf("config: snapshot_cpu %v must be within (0, 1]", c.SnapshotCPU)
 	}
 	for _, w := range []struct {
 		name string

@@ -99,6 +99,7 @@ func TestFlagDefaults(t *testing.T) {
 		"prediction-ttl":            "2m0s",
 		"prefill-weight":            "2",
 		"request-ttl":               "5m0s",
+		"snapshot-cpu":              "0.25",
 		"snapshot-interval":         "30s",
 		"state-dir":                 "/xdg/state/kvrouter",
 		"tier-weights":              "1,0.75,0.25,0",

@@ -19,7 +19,7 @@ func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*persis
 		log.Warn("persistence is off (state_dir: none): a restart loses the registry and the index")
 		return nil, nil
 	}
-	st, err := persist.Open(persist.Config{Dir: cfg.StateDir, Logger: log.With("component", "state"), Registerer: reg})
+	st, err := persist.Open(persist.Config{Dir: cfg.StateDir, Logger: log.With("component", "state"), Registerer: reg, SnapshotCPU: cfg.SnapshotCPU})
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}

@@ -299,3 +299,19 @@ func TestOpenLocked(t *testing.T) {
 		t.Fatalf("second open: %v, want ErrLocked", err)
 	}
 }
+
+func TestOpenSnapshotCPU(t *testing.T) {
+	for _, f := range []float64{-1, 1.5} {
+		if _, err := Open(Config{Dir: t.TempDir(), SnapshotCPU: f}); err == nil {
+			t.Errorf("SnapshotCPU %v accepted", f)
+		}
+	}
+	st, err := Open(Config{Dir: t.TempDir(), SnapshotCPU: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.pace != 1 {
+		t.Fatalf("SnapshotCPU 0.5: rests %v per unit of work, want 1", st.pace)
+	}
+}

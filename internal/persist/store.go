@@ -18,9 +18,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the snapshot metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// SnapshotCPU is the share of one core a snapshot may take, in (0, 1]:
+	// after exporting a rank that took d, the writer waits d*(1-f)/f before
+	// the next, so routing keeps the CPU it needs on a small machine. 0
+	// means DefaultSnapshotCPU; 1 writes flat out.
+	SnapshotCPU float64
 
 	writeHook state.WriteHook // tests: a full disk
 }
+
+// DefaultSnapshotCPU is the default Config.SnapshotCPU.
+const DefaultSnapshotCPU = 0.25
 
 // Store is an open state directory: its lock, its registry and its
 // snapshots.
@@ -30,6 +38,7 @@ type Store struct {
 	snaps   *state.Snapshots
 	log     *slog.Logger
 	metrics *metrics
+	pace    float64 // wait per unit of export time: (1-f)/f
 }
 
 // Open locks the state directory and opens its registry. A second router on
@@ -39,6 +48,12 @@ type Store struct {
 func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("persist: Config.Dir is required")
+	}
+	if cfg.SnapshotCPU == 0 {
+		cfg.SnapshotCPU = DefaultSnapshotCPU
+	}
+	if !(cfg.SnapshotCPU > 0 && cfg.SnapshotCPU <= 1) {
+		return nil, fmt.Errorf("persist: Config.SnapshotCPU %v: want a share in (0, 1]", cfg.SnapshotCPU)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -68,6 +83,7 @@ func Open(cfg Config) (*Store, error) {
 		snaps:   state.NewSnapshots(state.SnapshotsConfig{Dir: dir}),
 		log:     log,
 		metrics: m,
+		pace:    (1 - cfg.SnapshotCPU) / cfg.SnapshotCPU,
 	}, nil
 }
 
