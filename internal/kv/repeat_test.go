@@ -40,6 +40,30 @@ func TestRepeated(t *testing.T) {
 }
 
 func repeatedBlock(bs []Block) (uint64, bool) {
-	eh, f := repeated(bs, func(b Block) uint64 { return b.EngineHash })
+	eh, f, _ := repeated(bs, func(b Block) uint64 { return b.EngineHash }, runSeed)
 	return eh, f == RunRepeated
+}
+
+// TestRepeatedCraftedRun: the hashes Unmix(i << 20) all share slot 0 of an
+// unkeyed table (Mix(h) & mask == 0 for any table under 2^20 slots), so
+// without a seed a run of them costs n^2/2 probes; with the process's seed
+// (or any other) it stays linear. Probes are counted, not timed.
+func TestRepeatedCraftedRun(t *testing.T) {
+	const n = 16384
+	bs := make([]Block, n)
+	for i := range bs {
+		bs[i].EngineHash = Unmix(uint64(i+1) << 20)
+	}
+	key := func(b Block) uint64 { return b.EngineHash }
+	if _, f, probes := repeated(bs, key, 0); f != RunOK || probes < n*(n-1)/2 {
+		t.Fatalf("unseeded: %v after %d probes; the crafted run should collide (>= %d)", f, probes, n*(n-1)/2)
+	}
+	for _, seed := range []uint64{runSeed, 1, 0x9e3779b97f4a7c15} {
+		if _, f, probes := repeated(bs, key, seed); f != RunOK || probes > 4*n {
+			t.Errorf("seed %#x: %v after %d probes, want at most %d", seed, f, probes, 4*n)
+		}
+	}
+	if runSeed == 0 {
+		t.Error("runSeed is 0")
+	}
 }

@@ -1,6 +1,9 @@
 package kv
 
-import "math/bits"
+import (
+	"math/bits"
+	"math/rand/v2"
+)
 
 // RunFault says why a store run is malformed.
 type RunFault uint8
@@ -46,12 +49,30 @@ func CheckRun[E any](s []E, key func(E) uint64, parent uint64, hasParent bool) (
 		}
 		return 0, RunOK
 	}
-	return repeated(s, key)
+	h, f, _ := repeated(s, key, runSeed)
+	return h, f
+}
+
+// runSeed keys the slots of repeated's table: engines choose the hashes of a
+// run, and Mix is public and invertible (Unmix), so unkeyed they could send a
+// run whose hashes all share a slot and make the check quadratic (a 16,384-
+// block run: 1.3e8 probes). One random seed per process, like the seed Go's
+// maps take from the runtime, is enough: the table lives for one call, and
+// no caller needs to reproduce its layout, so there is nothing to configure.
+var runSeed = randomSeed()
+
+func randomSeed() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 { // (math/rand/v2: ChaCha8, seeded from the OS)
+			return s
+		}
+	}
 }
 
 // repeated finds a repeated hash with an open-addressing set on the stack (on
-// the heap for runs over 512 blocks).
-func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
+// the heap for runs over 512 blocks), its slots picked by Mix(h ^ seed). It
+// also returns the number of slots it probed (for tests).
+func repeated[E any](s []E, key func(E) uint64, seed uint64) (uint64, RunFault, int) {
 	var stack [1024]uint64
 	size := 1 << bits.Len(uint(2*len(s)-1)) // >= 2 len(s)
 	var t []uint64
@@ -62,18 +83,20 @@ func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
 	}
 	mask := uint64(size - 1)
 	zero := false
+	probes := 0
 	for _, e := range s {
 		h := key(e)
 		if h == 0 { // 0 marks a free slot
 			if zero {
-				return 0, RunRepeated
+				return 0, RunRepeated, probes
 			}
 			zero = true
 			continue
 		}
-		for i := Mix(h) & mask; ; i = (i + 1) & mask {
+		for i := Mix(h^seed) & mask; ; i = (i + 1) & mask {
+			probes++
 			if t[i] == h {
-				return h, RunRepeated
+				return h, RunRepeated, probes
 			}
 			if t[i] == 0 {
 				t[i] = h
@@ -81,5 +104,5 @@ func repeated[E any](s []E, key func(E) uint64) (uint64, RunFault) {
 			}
 		}
 	}
-	return 0, RunOK
+	return 0, RunOK, probes
 }

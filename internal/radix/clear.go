@@ -53,6 +53,6 @@ func (ix *Index) clear(ws *workerState) {
 		}
 		sh.mu.Unlock()
 	}
-	ws.blocks = u64map{}
+	ws.blocks.reset()
 	ws.setCached()
 }

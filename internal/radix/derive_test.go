@@ -19,14 +19,14 @@ func TestDerive(t *testing.T) {
 	kinds := map[string]int{}
 	for iter := range 20000 {
 		c := randDeriveCase(r)
-		s := newShard()
+		s := newShard(0)
 		oid := internAs(s, c.old)
 		s.sets[oid].refs = 1
 		got, ok := s.derive(oid, c.slot, c.d)
 		if !ok {
 			t.Fatalf("iter %d: derive refused", iter)
 		}
-		fresh := newShard()
+		fresh := newShard(0)
 		want := uint32(emptySet)
 		if len(c.want) > 0 {
 			want = internAs(fresh, c.want)

@@ -21,7 +21,7 @@
 //   - worker.go, binding.go, registry.go: a worker's engine hashes, where each
 //     is bound, and the dense worker slots Match reports.
 //   - u64map.go: the open-addressing map of the write path (keys mixed by
-//     kv.Mix, as path keys are).
+//     kv.Mix keyed with the index's secret seed, Config.Seed).
 //   - export.go, import.go: the index's side of a snapshot (Exporter,
 //     Importer).
 //   - invariants.go: CheckInvariants, which tests run after every call.

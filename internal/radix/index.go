@@ -2,6 +2,7 @@ package radix
 
 import (
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -22,6 +23,10 @@ type Config struct {
 	// CheckInvariants runs the expensive consistency check after every
 	// mutating call and panics on a violation. For tests.
 	CheckInvariants bool
+	// Seed keys the hash of the index's maps (see u64map), so that engines,
+	// which choose the engine hashes the worker maps are keyed by, cannot
+	// choose keys that collide. 0 means a random seed; set it in tests only.
+	Seed uint64
 }
 
 // Shard counts and the default segment length.
@@ -53,6 +58,7 @@ type Index struct {
 	shards []*shard
 	shift  uint   // 64 - log2(len(shards))
 	seg    uint32 // Config.SegmentBlocks
+	seed   uint64 // Config.Seed or a random one: the maps' (see u64map)
 	reg    registry
 
 	active     []activeSet // for Match (see getActive)
@@ -74,9 +80,14 @@ func New(cfg Config) *Index {
 	if seg <= 0 {
 		seg = DefaultSegmentBlocks
 	}
-	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg), seg: uint32(seg)}
+	seed := cfg.Seed
+	for seed == 0 {
+		seed = rand.Uint64() // (math/rand/v2: ChaCha8, seeded from the OS)
+	}
+	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg), seg: uint32(seg), seed: seed}
+	ix.reg.seed = seed
 	for i := range ix.shards {
-		ix.shards[i] = newShard()
+		ix.shards[i] = newShard(seed)
 	}
 	ix.active = make([]activeSet, max(8, 4*runtime.GOMAXPROCS(0)))
 	return ix

@@ -10,7 +10,7 @@ import (
 // different parents), which real hashes produce about never, and checks
 // lookup, release and the promotion of the overflow entry.
 func TestPathKeyCollision(t *testing.T) {
-	s := newShard()
+	s := newShard(0)
 	var memo setMemo
 	hold := func(id uint32, d int8) { s.adjust(id, 7, tierOne(kv.TierDevice, d), &memo) }
 	a := s.child(rootID, 111, 0)

@@ -10,10 +10,11 @@ import (
 // registry hands out a dense slot per worker/rank. Slots are never reused, so a
 // Match may map a slot found in a holder set to its worker without locks.
 type registry struct {
-	mu  sync.Mutex
-	byW sync.Map // kv.WorkerRank -> *workerState
-	dir atomic.Pointer[[]*slotChunk]
-	n   uint32
+	mu   sync.Mutex
+	byW  sync.Map // kv.WorkerRank -> *workerState
+	dir  atomic.Pointer[[]*slotChunk]
+	n    uint32
+	seed uint64 // the worker maps' (see u64map)
 }
 
 const slotChunkBits = 10
@@ -46,6 +47,7 @@ func (r *registry) getOrCreate(w kv.WorkerRank) *workerState {
 		return ws
 	}
 	ws := &workerState{w: w, slot: r.n}
+	ws.blocks.seed = r.seed
 	var dir []*slotChunk
 	if p := r.dir.Load(); p != nil {
 		dir = *p

@@ -38,12 +38,13 @@ type shard struct {
 	intern   u64map     // set content hash -> set id
 	spare    spareWords // arrays of freed sets, for new sets
 	sink     uint64     // keeps prefetching loads alive
+	seed     uint64     // kids' and intern's (see u64map)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-func newShard() *shard {
-	s := &shard{}
+func newShard(seed uint64) *shard {
+	s := &shard{seed: seed}
 	s.reset()
 	return s
 }
@@ -54,10 +55,10 @@ func (s *shard) reset() {
 	s.next = 1
 	s.free = nil
 	s.live = 0
-	s.kids = u64map{}
+	s.kids = u64map{seed: s.seed}
 	s.over = nil
 	s.sets = []hset{{}} // emptySet
 	s.freeSets = nil
-	s.intern = u64map{}
+	s.intern = u64map{seed: s.seed}
 	s.spare = spareWords{}
 }

@@ -12,17 +12,27 @@ import (
 // slot: a large table is page-aligned, so a group is one cache line and most
 // lookups read one line), deletion by backward shift so there are no
 // tombstones, growth at 70% load and shrinking below 25%. Slots hold keys
-// mixed by kv.Mix (fmix64, a bijection that keeps 0 at 0), so a slot's home is one
+// mixed by the map's keyed mix, kv.Mix(k ^ seed) (fmix64 of the key xored with
+// a secret seed: a bijection, so all recovers the key), so a slot's home is one
 // multiply away: the backward shift of a delete computes it for every slot of
-// the cluster. Key 0 marks an empty slot, so it is kept aside.
+// the cluster. Mixed key 0 marks an empty slot, so the key that mixes to 0
+// (the seed itself) is kept aside.
+//
+// The seed is what keeps an engine from choosing keys that collide: kv.Mix is
+// public and invertible (kv.Unmix), so without it the keys Unmix(1),
+// Unmix(2), ... all land in group 0 and n inserts cost O(n^2) probes under
+// the worker's and shard's locks. Every map of an Index takes the index's
+// seed (Config.Seed, random by default); a zero-value map has seed 0, which
+// is fine for tests and internal keys only.
 //
 // The write path uses it rather than Go maps: under insert/delete churn those
 // spend most of their time probing, and their memory never shrinks.
 type u64map struct {
 	slots   []u64slot
 	n       int // keys in slots
-	hasZero bool
-	zero    uint64
+	seed    uint64
+	hasZero bool   // the key seed (mixed: 0) is present
+	zero    uint64 // its value
 }
 
 type u64slot struct{ k, v uint64 }
@@ -36,6 +46,12 @@ func (m *u64map) len() int {
 	return m.n
 }
 
+// mix is the map's keyed mix: a bijection of k that depends on the seed.
+func (m *u64map) mix(k uint64) uint64 { return kv.Mix(k ^ m.seed) }
+
+// reset empties m, releasing its memory and keeping its seed.
+func (m *u64map) reset() { *m = u64map{seed: m.seed} }
+
 // home is the home slot of mixed key mk: the first of its 4-slot group.
 func (m *u64map) home(mk uint64) int {
 	hi, _ := bits.Mul64(mk, uint64(len(m.slots)>>2))
@@ -44,14 +60,13 @@ func (m *u64map) home(mk uint64) int {
 
 // get returns the value of k.
 func (m *u64map) get(k uint64) (uint64, bool) {
-	if k == 0 {
+	if k = m.mix(k); k == 0 {
 		return m.zero, m.hasZero
 	}
 	if len(m.slots) == 0 {
 		return 0, false
 	}
 	s := m.slots
-	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return s[i].v, true
@@ -71,14 +86,14 @@ func (m *u64map) first(k uint64) uint64 {
 	if len(m.slots) == 0 {
 		return 0
 	}
-	h := m.home(kv.Mix(k))
+	h := m.home(m.mix(k))
 	return m.slots[h].k
 }
 
 // find returns a pointer to k's value, or nil. The pointer is valid until the
 // next insert or delete.
 func (m *u64map) find(k uint64) *uint64 {
-	if k == 0 {
+	if k = m.mix(k); k == 0 {
 		if m.hasZero {
 			return &m.zero
 		}
@@ -88,7 +103,6 @@ func (m *u64map) find(k uint64) *uint64 {
 		return nil
 	}
 	s := m.slots
-	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v
@@ -105,7 +119,7 @@ func (m *u64map) find(k uint64) *uint64 {
 // ref returns a pointer to k's value, inserting k with value 0 if absent, and
 // whether k was present. The pointer is valid until the next insert or delete.
 func (m *u64map) ref(k uint64) (*uint64, bool) {
-	if k == 0 {
+	if k = m.mix(k); k == 0 {
 		had := m.hasZero
 		m.hasZero = true
 		return &m.zero, had
@@ -114,7 +128,6 @@ func (m *u64map) ref(k uint64) (*uint64, bool) {
 		m.resize(max(minMapSize, (len(m.slots)*3/2+4)&^3))
 	}
 	s := m.slots
-	k = kv.Mix(k)
 	for i := m.home(k); ; {
 		if s[i].k == k {
 			return &s[i].v, true
@@ -137,7 +150,7 @@ func (m *u64map) set(k, v uint64) {
 
 // del removes k, shifting back the keys after it that probed past its slot.
 func (m *u64map) del(k uint64) {
-	if k == 0 {
+	if k = m.mix(k); k == 0 {
 		m.hasZero, m.zero = false, 0
 		return
 	}
@@ -146,7 +159,6 @@ func (m *u64map) del(k uint64) {
 	}
 	s := m.slots
 	n := len(s)
-	k = kv.Mix(k)
 	i := m.home(k)
 	for s[i].k != k {
 		if s[i].k == 0 {
@@ -216,11 +228,29 @@ func (m *u64map) resize(size int) {
 // all calls f for every key and value.
 func (m *u64map) all(f func(k, v uint64)) {
 	if m.hasZero {
-		f(0, m.zero)
+		f(m.seed, m.zero)
 	}
 	for _, sl := range m.slots {
 		if sl.k != 0 {
-			f(kv.Unmix(sl.k), sl.v)
+			f(kv.Unmix(sl.k)^m.seed, sl.v)
 		}
 	}
+}
+
+// probes returns the number of slots that finding every key in slots reads:
+// for each key, one plus its distance from its home slot. A test hook: a
+// table of n keys whose homes are spread needs about n probes, one whose
+// keys share a group about n^2/2.
+func (m *u64map) probes() int {
+	total := 0
+	for i, sl := range m.slots {
+		if sl.k != 0 {
+			d := i - m.home(sl.k)
+			if d < 0 {
+				d += len(m.slots)
+			}
+			total += d + 1
+		}
+	}
+	return total
 }

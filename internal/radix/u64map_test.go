@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // TestU64Map drives u64map and a Go map with the same random inserts,
@@ -157,4 +159,79 @@ func benchU64MapChurn(b *testing.B, n int) {
 		m.set(keys[j], uint64(i))
 	}
 	b.ReportMetric(load, "load")
+}
+
+// TestU64MapCraftedKeys: Unmix(i) mixes, unkeyed (seed 0), to i, so 10,000
+// such keys share group 0 of any table under 2^48 groups and the map costs
+// n^2/2 probes; keyed by a seed the same keys spread and it stays linear.
+// Probes are counted (u64map.probes), not timed. all reports the original
+// keys in both cases.
+func TestU64MapCraftedKeys(t *testing.T) {
+	const n = 10000
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = kv.Unmix(uint64(i + 1))
+	}
+	for _, seed := range []uint64{0, 1, 0x2545f4914f6cdd1d, New(Config{}).seed} {
+		m := u64map{seed: seed}
+		for i, k := range keys {
+			m.set(k, uint64(i))
+		}
+		m.set(seed, 7) // the key that mixes to 0
+		p := m.probes()
+		if seed == 0 {
+			if p < n*(n-1)/2 {
+				t.Fatalf("unseeded: %d probes, want the crafted keys to collide (>= %d)", p, n*(n-1)/2)
+			}
+		} else if p > 3*n {
+			t.Errorf("seed %#x: %d probes for %d keys, want linear (<= %d)", seed, p, n, 3*n)
+		}
+		got := map[uint64]uint64{}
+		m.all(func(k, v uint64) { got[k] = v })
+		if len(got) != n+1 || got[seed] != 7 {
+			t.Fatalf("seed %#x: all reports %d keys (seed key: %d)", seed, len(got), got[seed])
+		}
+		for i, k := range keys {
+			if got[k] != uint64(i) {
+				t.Fatalf("seed %#x: all reports key %#x as %d, want %d", seed, k, got[k], i)
+			}
+			if v, ok := m.get(k); !ok || v != uint64(i) {
+				t.Fatalf("seed %#x: get(%#x) = %d, %v", seed, k, v, ok)
+			}
+		}
+		for _, k := range keys {
+			m.del(k)
+		}
+		if m.len() != 1 {
+			t.Fatalf("seed %#x: %d keys left", seed, m.len())
+		}
+	}
+}
+
+// TestIndexCraftedEngineHashes stores a run of crafted engine hashes (see
+// TestU64MapCraftedKeys) for one worker: the worker map stays linear, with
+// the index's configured seed and with a random one.
+func TestIndexCraftedEngineHashes(t *testing.T) {
+	const n = 20000
+	blocks := make([]kv.Block, n)
+	for i := range blocks {
+		blocks[i] = kv.Block{EngineHash: kv.Unmix(uint64(i + 1)), BlockHash: uint64(i + 1)}
+	}
+	w := kv.WorkerRank{ID: "w"}
+	for _, seed := range []uint64{0, 12345} {
+		ix := New(Config{Seed: seed})
+		if seed != 0 && ix.seed != seed {
+			t.Fatalf("seed %d: index seed %d", seed, ix.seed)
+		}
+		if err := ix.Store(w, 0, false, kv.TierDevice, blocks); err != nil {
+			t.Fatal(err)
+		}
+		ws := ix.reg.get(w)
+		if p := ws.blocks.probes(); p > 3*n {
+			t.Errorf("seed %d: worker map needs %d probes for %d keys", seed, p, n)
+		}
+		if err := ix.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
