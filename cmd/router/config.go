@@ -32,6 +32,15 @@ type Config struct {
 	MaxPromptTokens int           `yaml:"max_prompt_tokens"`
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
 
+	// Access control: TLS on the gRPC listener (mTLS with TLSClientCA),
+	// bearer tokens per role, and the profiler on the HTTP listener.
+	TLSCert            string `yaml:"tls_cert"`
+	TLSKey             string `yaml:"tls_key"`
+	TLSClientCA        string `yaml:"tls_client_ca"`
+	RouterTokensFile   string `yaml:"router_tokens_file"`
+	RegistryTokensFile string `yaml:"registry_tokens_file"`
+	PProf              bool   `yaml:"pprof"`
+
 	MaxMMItems        int `yaml:"max_mm_items"`
 	MaxRequestIDBytes int `yaml:"max_request_id_bytes"`
 	MaxActiveRequests int `yaml:"max_active_requests"`
@@ -120,7 +129,7 @@ func defaultConfig() Config {
 	sd := scoring.DefaultConfig()
 	return Config{
 		GRPCAddr:            ":50051",
-		HTTPAddr:            ":9090",
+		HTTPAddr:            "127.0.0.1:9090",
 		BlockSize:           sd.BlockSize,
 		LogFormat:           "text",
 		LogLevel:            "info",
@@ -166,7 +175,13 @@ func defaultStateDir() string {
 func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(configPath, "config", "", "YAML config file (flags override it)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz and /debug/pprof/")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz (and /debug/pprof/ with --pprof); loopback by default, :9090 exposes it")
+	fs.BoolVar(&c.PProf, "pprof", c.PProf, "serve /debug/pprof/ on the HTTP listener")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate (chain) of the gRPC listener; with --tls-key turns TLS on")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CA bundle; gRPC clients must present a certificate it signed (mTLS; needs --tls-cert)")
+	fs.StringVar(&c.RouterTokensFile, "router-tokens-file", c.RouterTokensFile, "file of gateway bearer tokens, one a line: they may call kvrouter.v1.Router")
+	fs.StringVar(&c.RegistryTokensFile, "registry-tokens-file", c.RegistryTokensFile, "file of operator bearer tokens, one a line: they may call kvrouter.v1.Registry and Router")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "router block size in tokens")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
@@ -254,6 +269,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: max_workers %d must be positive", c.MaxWorkers)
 	case len(c.Workers) > c.MaxWorkers:
 		return fmt.Errorf("config: workers lists %d workers, over max_workers %d", len(c.Workers), c.MaxWorkers)
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("config: tls_cert and tls_key go together (got tls_cert %q, tls_key %q)", c.TLSCert, c.TLSKey)
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return fmt.Errorf("config: tls_client_ca %q needs tls_cert and tls_key (client certificates are checked in the TLS handshake)", c.TLSClientCA)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
 	case !(c.PrefillWeight > 0) || math.IsInf(c.PrefillWeight, 0):

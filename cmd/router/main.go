@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := listen(cfg, srv, reg)
+	s, err := listen(cfg, srv, reg, log)
 	if err != nil {
 		return err
 	}

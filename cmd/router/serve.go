@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -32,14 +36,29 @@ type servers struct {
 	httpLis net.Listener
 }
 
-// listen builds the servers for srv and binds their addresses.
-func listen(cfg Config, srv *server.Server, reg *prometheus.Registry) (*servers, error) {
-	s := &servers{grpc: grpc.NewServer(srv.GRPCOptions()...), health: health.NewServer()}
+// listen builds the servers for srv and binds their addresses. The gRPC
+// server gets TLS and the bearer-token interceptors cfg asks for, the auth
+// interceptors chained before the server's own.
+func listen(cfg Config, srv *server.Server, reg *prometheus.Registry, log *slog.Logger) (*servers, error) {
+	auth, err := newAuth(cfg, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	opts := auth.ServerOptions()
+	tlsCfg, err := serverTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	logAccess(cfg, auth, log)
+	opts = append(opts, srv.GRPCOptions()...)
+	s := &servers{grpc: grpc.NewServer(opts...), health: health.NewServer()}
 	srv.RegisterServices(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 
-	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
 	}
@@ -47,13 +66,88 @@ func listen(cfg Config, srv *server.Server, reg *prometheus.Registry) (*servers,
 		s.grpcLis.Close()
 		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 	}
-	s.http = &http.Server{Handler: httpHandler(reg, s.health), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: httpHandler(reg, s.health, cfg.PProf), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
 
+// newAuth reads the tokens files cfg names into a server.Auth (off when it
+// names none).
+func newAuth(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*server.Auth, error) {
+	var ac server.AuthConfig
+	var err error
+	if cfg.RouterTokensFile != "" {
+		if ac.GatewayTokens, err = server.ReadTokensFile(cfg.RouterTokensFile); err != nil {
+			return nil, fmt.Errorf("config: router_tokens_file: %w", err)
+		}
+	}
+	if cfg.RegistryTokensFile != "" {
+		if ac.OperatorTokens, err = server.ReadTokensFile(cfg.RegistryTokensFile); err != nil {
+			return nil, fmt.Errorf("config: registry_tokens_file: %w", err)
+		}
+	}
+	ac.Registerer = reg
+	return server.NewAuth(ac)
+}
+
+// logAccess says at start how the gRPC listener is protected, warning of
+// what is open. It never logs a token.
+func logAccess(cfg Config, auth *server.Auth, log *slog.Logger) {
+	switch {
+	case !auth.Enabled():
+		log.Warn("no bearer tokens configured (--router-tokens-file, --registry-tokens-file): anyone who can reach the gRPC address can call kvrouter.v1.Registry and rewrite the worker registry",
+			"grpc_addr", cfg.GRPCAddr)
+	case !auth.HasRole(server.RoleOperator):
+		log.Warn("no operator tokens (--registry-tokens-file): every kvrouter.v1.Registry call is refused")
+	}
+	if auth.Enabled() && cfg.TLSCert == "" {
+		log.Warn("bearer tokens without TLS (--tls-cert, --tls-key): tokens cross the network in the clear")
+	}
+	if cfg.TLSCert != "" {
+		log.Info("gRPC TLS on", "cert", cfg.TLSCert, "client_ca", cfg.TLSClientCA, "mtls", cfg.TLSClientCA != "")
+	}
+	if cfg.PProf {
+		log.Warn("/debug/pprof/ served on the HTTP listener", "http_addr", cfg.HTTPAddr)
+	}
+}
+
+// serverTLS is the gRPC listener's TLS configuration (nil: plaintext): the
+// certificate and key of cfg, and with tls_client_ca a client certificate
+// signed by that CA is required. Errors name the file at fault.
+func serverTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	certPEM, err := os.ReadFile(cfg.TLSCert)
+	if err != nil {
+		return nil, fmt.Errorf("config: tls_cert: %w", err)
+	}
+	keyPEM, err := os.ReadFile(cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("config: tls_key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("config: tls_cert %s / tls_key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.TLSClientCA != "" {
+		caPEM, err := os.ReadFile(cfg.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls_client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("config: tls_client_ca %s: no PEM certificate in it", cfg.TLSClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
 // httpHandler serves /metrics from reg, /healthz from the gRPC health
-// server's overall status, and /debug/pprof/.
-func httpHandler(reg *prometheus.Registry, hs *health.Server) http.Handler {
+// server's overall status, and /debug/pprof/ when withPProf.
+func httpHandler(reg *prometheus.Registry, hs *health.Server, withPProf bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -64,6 +158,9 @@ func httpHandler(reg *prometheus.Registry, hs *health.Server) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if !withPProf {
+		return mux
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
