@@ -336,10 +336,13 @@ func TestRegistryKill9(t *testing.T) {
 	cmd.Wait()
 	r, ref := openRegistry(t, openDir(t, path)) // the lock died with the child
 	ws := r.Workers()
-	if len(ws) < acked+1 || len(ws) > acked+2 {
+	// The child may have finished more Puts between printing "ok 30" and
+	// the signal's arrival: every acknowledged one must be there, and what
+	// is there must be whole puts in order.
+	if len(ws) < acked+1 {
 		t.Fatalf("acknowledged %d, found %d (refusal %v)", acked+1, len(ws), ref)
 	}
-	for i := 0; i <= acked; i++ {
+	for i := range ws {
 		if w, ok := r.Get(testWorker(i).WorkerID); !ok || w != testWorker(i) {
 			t.Fatalf("worker %d: %+v", i, w)
 		}
