@@ -45,3 +45,45 @@ func (r *Router) CPUTime() (time.Duration, error) {
 	const clkTck = 100 // USER_HZ, 100 on every Linux ABI Go supports
 	return time.Duration(ticks) * time.Second / clkTck, nil
 }
+
+// Memory returns the router process's resident set size now (VmRSS) and its
+// peak (VmHWM, since start or the last ResetPeak), in bytes.
+func (r *Router) Memory() (rss, peak uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("router memory: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var dst *uint64
+		switch {
+		case strings.HasPrefix(line, "VmRSS:"):
+			dst = &rss
+		case strings.HasPrefix(line, "VmHWM:"):
+			dst = &peak
+		default:
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return 0, 0, fmt.Errorf("router memory: malformed line %q", line)
+		}
+		kb, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("router memory: %w", err)
+		}
+		*dst = kb << 10
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("router memory: no VmRSS in /proc/%d/status", r.cmd.Process.Pid)
+	}
+	return rss, peak, nil
+}
+
+// ResetPeak resets the router's VmHWM to its current RSS (writes 5 to
+// /proc/<pid>/clear_refs), so the next Memory reports the peak from now on.
+func (r *Router) ResetPeak() error {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", r.cmd.Process.Pid), []byte("5"), 0); err != nil {
+		return fmt.Errorf("router reset peak rss: %w", err)
+	}
+	return nil
+}

@@ -7,6 +7,7 @@
 //	kvbench ceiling [flags]     pooled-LRU ceilings for a range of capacities (no router)
 //	kvbench gen [flags]         write a synthetic Mooncake-format trace (chat, agent, rag, mix)
 //	kvbench restart [flags]     kill -9 the router mid-replay, restart it on its state dir, check the index
+//	kvbench attack [flags]      hostile input at the router's gRPC and ZMQ edges, measured against honest traffic
 package main
 
 import (
@@ -50,11 +51,13 @@ func main() {
 		err = runGen(args)
 	case "restart":
 		err = runRestart(ctx, args)
+	case "attack":
+		err = runAttack(ctx, args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart] [flags]; kvbench CMD -h for flags")
+		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart|attack] [flags]; kvbench CMD -h for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen or restart)", cmd)
+		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen, restart or attack)", cmd)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
