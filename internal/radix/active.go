@@ -18,7 +18,9 @@ import (
 // Each index keeps a fixed set of them, whose buffers every Match reuses (see
 // getActive); act and tmp are all zero between Matches.
 type activeSet struct {
-	busy atomic.Bool
+	busy   atomic.Bool
+	pooled bool          // one of Index.active (not made when all were busy)
+	stamp  atomic.Uint64 // while a Match runs: the epoch it began in, plus 1 (see registry)
 
 	lo, nw uint32   // the words covered
 	tiers  uint8    // a superset of the active workers' best tiers

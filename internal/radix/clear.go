@@ -11,21 +11,25 @@ import (
 func (ix *Index) Clear(w kv.WorkerRank) {
 	if ws := ix.reg.get(w); ws != nil {
 		ws.mu.Lock()
-		ix.clear(ws)
+		if !ws.dead.Load() {
+			ix.clear(ws)
+		}
 		ws.mu.Unlock()
 		ix.checkAfter()
 	}
 }
 
-// RemoveWorker drops everything held by every rank of worker id.
+// RemoveWorker drops everything held by every rank of worker id, and gives
+// back their slots, for later workers/ranks (see registry). Its ranks are
+// found by id: it does not visit other workers. A later call for one of the
+// ranks starts it afresh, on a new slot.
 func (ix *Index) RemoveWorker(id string) {
-	for _, ws := range ix.reg.all() {
-		if ws.w.ID != id {
-			continue
-		}
+	for _, ws := range ix.reg.remove(id) {
 		ws.mu.Lock()
 		ix.clear(ws)
+		ws.dead.Store(true)
 		ws.mu.Unlock()
+		ix.reg.retire(ws)
 	}
 	ix.checkAfter()
 }

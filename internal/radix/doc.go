@@ -19,7 +19,8 @@
 //     bitmaps; derive.go: the set that one entry's change makes; spare.go:
 //     the pool of freed sets' arrays.
 //   - worker.go, binding.go, registry.go: a worker's engine hashes, where each
-//     is bound, and the dense worker slots Match reports.
+//     is bound, and the dense worker slots Match reports (reused after
+//     RemoveWorker once no Match can report them: see registry).
 //   - u64map.go: the open-addressing map of the write path (keys mixed by
 //     kv.Mix keyed with the index's secret seed, Config.Seed).
 //   - export.go, import.go: the index's side of a snapshot (Exporter,

@@ -88,6 +88,10 @@ func (e *Exporter) Rank(w kv.WorkerRank, sink ExportSink) error {
 		return nil
 	}
 	ws.mu.Lock()
+	if ws.dead.Load() { // (removed since: nothing to export)
+		ws.mu.Unlock()
+		return nil
+	}
 	e.bs = e.bs[:0]
 	ws.blocks.all(func(eh, v uint64) { e.bs = append(e.bs, exportBinding{eh, binding(v)}) })
 	e.sortBindings()

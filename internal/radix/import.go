@@ -83,7 +83,7 @@ func (im *Importer) Rank(w kv.WorkerRank) error {
 	if err := im.flush(); err != nil {
 		return err
 	}
-	ws := im.ix.reg.getOrCreate(w)
+	ws := im.ix.reg.getOrCreate(im.ix, w)
 	if ws.blocks.len() > 0 {
 		return fmt.Errorf("import rank %s: given twice: %w", w, ErrBadExport)
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
@@ -27,6 +28,11 @@ type Config struct {
 	// which choose the engine hashes the worker maps are keyed by, cannot
 	// choose keys that collide. 0 means a random seed; set it in tests only.
 	Seed uint64
+	// SlotReuseDelay is how long the slot of a removed worker/rank (see
+	// Score.Slot) is kept from new ones at least; it is given to one only
+	// after every Match that could report it has finished, too. 0 means
+	// DefaultSlotReuseDelay; negative means no delay (tests).
+	SlotReuseDelay time.Duration
 }
 
 // Shard counts and the default segment length.
@@ -34,6 +40,9 @@ const (
 	DefaultShards        = 64
 	MaxShards            = 256
 	DefaultSegmentBlocks = 64
+	// DefaultSlotReuseDelay: far longer than a caller takes from a Match to
+	// WorkerOf, or from removing a worker here to dropping its slots.
+	DefaultSlotReuseDelay = 10 * time.Second
 )
 
 // Stats are the index's counters.
@@ -63,6 +72,7 @@ type Index struct {
 
 	active     []activeSet // for Match (see getActive)
 	activeHint atomic.Uint32
+	overflow   atomic.Int64 // Matches running with an active set not in active (see registry)
 }
 
 // New returns an empty index.
@@ -86,17 +96,31 @@ func New(cfg Config) *Index {
 	}
 	ix := &Index{cfg: cfg, shards: make([]*shard, n), shift: uint(64 - lg), seg: uint32(seg), seed: seed}
 	ix.reg.seed = seed
+	ix.reg.now = time.Now
+	switch ix.reg.reuseDelay = cfg.SlotReuseDelay; {
+	case cfg.SlotReuseDelay == 0:
+		ix.reg.reuseDelay = DefaultSlotReuseDelay
+	case cfg.SlotReuseDelay < 0:
+		ix.reg.reuseDelay = 0
+	}
 	for i := range ix.shards {
 		ix.shards[i] = newShard(seed)
 	}
 	ix.active = make([]activeSet, max(8, 4*runtime.GOMAXPROCS(0)))
+	for i := range ix.active {
+		ix.active[i].pooled = true
+	}
 	return ix
 }
 
 // Cached returns the number of blocks in w's index.
 func (ix *Index) Cached(w kv.WorkerRank) uint64 {
 	if ws := ix.reg.get(w); ws != nil {
-		return ws.cached.Load()
+		n := ws.cached.Load()
+		if ws.dead.Load() { // (removed meanwhile: n may be the slot's next owner's)
+			return 0
+		}
+		return n
 	}
 	return 0
 }
@@ -125,7 +149,10 @@ func (ix *Index) Workers() []kv.WorkerRank {
 // Stats returns the counters, summed over workers and shards.
 func (ix *Index) Stats() Stats {
 	var st Stats
-	for _, ws := range ix.reg.all() {
+	g, wss := ix.reg.snapshot()
+	st.Stores, st.Removes, st.BlocksStored, st.BlocksRemoved = g.stores, g.removes, g.blocksStored, g.blocksRemoved
+	st.ParentNotFound, st.Invalid, st.BlockNotFound, st.DuplicateStore = g.parentNotFound, g.invalid, g.blockNotFound, g.dupStore
+	for _, ws := range wss {
 		st.Stores += ws.stores.Load()
 		st.Removes += ws.removes.Load()
 		st.BlocksStored += ws.blocksStored.Load()

@@ -25,6 +25,7 @@ func (ix *Index) CheckInvariants() error {
 	for _, ws := range wss {
 		c.bindings(ws)
 	}
+	c.registry()
 	for si, sh := range ix.shards {
 		c.shard(si, sh)
 	}
@@ -40,8 +41,9 @@ type checker struct {
 	// want is, per worker slot on a node, the number of its engine hashes
 	// bound there with a copy on each tier: what the node's holder entry
 	// must count. The holder sets' entries are crossed off as found.
-	want map[holderKey][kv.NumTiers]uint32
-	errs []error
+	want    map[holderKey][kv.NumTiers]uint32
+	retired map[uint32]bool // slots on the registry's free list
+	errs    []error
 }
 
 type holderKey struct {
@@ -196,6 +198,9 @@ func (c *checker) node(sc *shardCheck, id uint32) {
 		hk := holderKey{si, id, entrySlot(e)}
 		w, ok := c.want[hk]
 		if !ok {
+			if c.retired[entrySlot(e)] {
+				c.fail("shard %d: node %d lists slot %d, which is retired", si, id, entrySlot(e))
+			}
 			c.fail("shard %d: node %d lists slot %d, which binds nothing there", si, id, entrySlot(e))
 			continue
 		}
@@ -325,5 +330,80 @@ func (c *checker) spare(si int, sh *shard) {
 	}
 	if words != sh.spare.words || words > spareMaxWords {
 		c.fail("shard %d: spare holds %d words, counted %d", si, words, sh.spare.words)
+	}
+}
+
+// registry checks the slot table, the worker maps by rank and by id, and the
+// retired slots: every slot made has a worker or is retired, once; a retired
+// slot names no worker and counts no blocks (and, checked with the holder
+// sets, no set lists it); retirement epochs never decrease.
+func (c *checker) registry() {
+	r := &c.ix.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dir := r.slots()
+	if int(r.n) > len(dir)<<slotChunkBits {
+		c.fail("registry: %d slots made, %d in the directory", r.n, len(dir)<<slotChunkBits)
+		return
+	}
+	c.retired = make(map[uint32]bool, len(r.free))
+	var last uint64
+	for _, f := range r.free {
+		switch {
+		case f.slot >= r.n:
+			c.fail("registry: retired slot %d of %d made", f.slot, r.n)
+			continue
+		case c.retired[f.slot]:
+			c.fail("registry: slot %d retired twice", f.slot)
+		case slotOf(dir, f.slot).ws.Load() != nil:
+			c.fail("registry: retired slot %d names worker %s", f.slot, slotOf(dir, f.slot).ws.Load().w)
+		case slotOf(dir, f.slot).cached.Load() != 0:
+			c.fail("registry: retired slot %d counts %d blocks", f.slot, slotOf(dir, f.slot).cached.Load())
+		case f.epoch < last || f.epoch > r.epoch.Load():
+			c.fail("registry: slot %d retired at epoch %d (previous %d, now %d)", f.slot, f.epoch, last, r.epoch.Load())
+		}
+		c.retired[f.slot] = true
+		last = f.epoch
+	}
+	inByID := make(map[*workerState]bool)
+	for id, wss := range r.byID {
+		if len(wss) == 0 {
+			c.fail("registry: worker %q listed with no ranks", id)
+		}
+		for _, ws := range wss {
+			if ws.w.ID != id || inByID[ws] {
+				c.fail("registry: worker %q lists rank %s (twice: %v)", id, ws.w, inByID[ws])
+			}
+			inByID[ws] = true
+			if ws.slot >= r.n || slotOf(dir, ws.slot).ws.Load() != ws {
+				c.fail("registry: rank %s's slot %d does not name it", ws.w, ws.slot)
+			}
+			if ws.dead.Load() {
+				c.fail("registry: rank %s is listed but removed", ws.w)
+			}
+			if got := r.get(ws.w); got != ws {
+				c.fail("registry: rank %s listed by id, not by rank", ws.w)
+			}
+		}
+	}
+	live := 0
+	for s := uint32(0); s < r.n; s++ {
+		ws := slotOf(dir, s).ws.Load()
+		if ws == nil {
+			if !c.retired[s] {
+				c.fail("registry: slot %d has no worker and is not retired", s)
+			}
+			continue
+		}
+		live++
+		if ws.slot != s {
+			c.fail("registry: slot %d names %s, whose slot is %d", s, ws.w, ws.slot)
+		}
+		if !inByID[ws] && r.get(ws.w) == ws { // (a rank being removed is in neither)
+			c.fail("registry: rank %s (slot %d) is not listed by id", ws.w, s)
+		}
+	}
+	if live != r.live || live+len(r.free) != int(r.n) {
+		c.fail("registry: %d slots made, %d with a worker (counted %d), %d retired", r.n, live, r.live, len(r.free))
 	}
 }

@@ -7,9 +7,13 @@ import "github.com/kvrouter/kvrouter/internal/kv"
 // worker holding the prompt's first block, a thousand on a large fleet, and
 // without the name a Score is 32 bytes instead of 64.
 type Score struct {
-	// Slot is the worker/rank's dense number in this index: stable for the
-	// index's life and never given to another worker/rank, so callers can keep
-	// per-worker data in a slice indexed by it.
+	// Slot is the worker/rank's dense number in this index, so callers can
+	// keep per-worker data in a slice indexed by it. It is stable while the
+	// worker/rank is in the index; after RemoveWorker it may be given to
+	// another worker/rank, but only once no Match that could report it is
+	// running and Config.SlotReuseDelay has passed (see registry): resolve a
+	// Score's slot (WorkerOf) right after the Match, and drop a removed
+	// worker's per-slot data within that delay.
 	Slot uint32
 	// Matched is the number of leading prompt blocks the worker holds on any tier.
 	Matched uint32
@@ -34,25 +38,27 @@ func (ix *Index) Match(blockHashes []uint64, out []Score) []Score {
 	if len(blockHashes) == 0 {
 		return out
 	}
+	a := ix.beginMatch() // (before any shard is read: see registry)
 	k := pathKey(rootKey, blockHashes[0])
 	sh := ix.shards[ix.shardOf(k)]
 	sh.mu.RLock()
 	id, ok := sh.lookup(rootID, k)
 	if !ok {
 		sh.mu.RUnlock()
+		ix.endMatch(a)
 		return out
 	}
 	set := sh.meta(id).set
 	if sh.sets[set].bits.n == 0 { // (a node nobody holds, kept for its children)
 		sh.mu.RUnlock()
+		ix.endMatch(a)
 		return out
 	}
-	a := ix.getActive()
 	out = a.seed(&sh.sets[set], out)
 	d := ix.walk(a, sh, id, k, set, blockHashes, out)
 	a.finish(d)
 	a.scores(out, ix.reg.slots())
-	ix.putActive(a)
+	ix.endMatch(a)
 	return out
 }
 

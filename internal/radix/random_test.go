@@ -18,7 +18,7 @@ func TestRandomSequential(t *testing.T) {
 		// depths 1, 2, 4 and 8); the default keeps these paths in one.
 		seg := []int{1, 2, 3, 0}[seed]
 		t.Run(fmt.Sprintf("seed=%d/segment=%d", seed, seg), func(t *testing.T) {
-			ix := New(Config{Shards: 4, SegmentBlocks: seg, CheckInvariants: true})
+			ix := New(Config{Shards: 4, SegmentBlocks: seg, CheckInvariants: true, SlotReuseDelay: -1})
 			m := newRefModel(ix.segmentStart)
 			r := rand.New(rand.NewPCG(seed, 7))
 			g := &opGen{r: r, salt: map[kv.WorkerRank]uint64{}, maxLen: 6}
@@ -63,7 +63,7 @@ func TestRandomConcurrent(t *testing.T) {
 		rounds  = 8
 		ops     = 250
 	)
-	ix := New(Config{Shards: 8, SegmentBlocks: 2}) // (paths cross segments)
+	ix := New(Config{Shards: 8, SegmentBlocks: 2, SlotReuseDelay: -1}) // (paths cross segments; removed workers' slots reused at once)
 	m := newRefModel(ix.segmentStart)
 	r := rand.New(rand.NewPCG(42, 42))
 	prompts := make([][]uint64, 200)
@@ -240,7 +240,7 @@ func setsByBitmaps(ix *Index) (with, without int) {
 
 func wideFleet(t *testing.T, workers, idle, idleEvery int, seed uint64) *Index {
 	const depth = 100
-	ix := New(Config{Shards: 2})
+	ix := New(Config{Shards: 2, SlotReuseDelay: -1})
 	m := newRefModel(ix.segmentStart)
 	r := rand.New(rand.NewPCG(seed, 9))
 	path := make([]uint64, depth)

@@ -29,7 +29,7 @@ import (
 // hashes are numbers (0x for hex).
 func TestScript(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		ix := New(Config{Shards: 4, CheckInvariants: true})
+		ix := New(Config{Shards: 4, CheckInvariants: true, SlotReuseDelay: -1})
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return runScriptCmd(t, ix, d)
 		})

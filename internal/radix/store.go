@@ -14,8 +14,7 @@ import (
 // holds on tier is idempotent for Match but counted per copy; storing a known
 // engine hash under a different prefix moves it there.
 func (ix *Index) Store(w kv.WorkerRank, parent uint64, hasParent bool, tier kv.Tier, blocks []kv.Block) error {
-	ws := ix.reg.getOrCreate(w)
-	ws.mu.Lock()
+	ws := ix.lockWorker(w)
 	err := ix.store(ws, parent, hasParent, tier, blocks)
 	ws.mu.Unlock()
 	ix.checkAfter()

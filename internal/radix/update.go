@@ -10,8 +10,7 @@ import (
 // hash only. Unknown hashes are counted and ErrBlockNotFound is returned after
 // the rest are applied.
 func (ix *Index) StoreTier(w kv.WorkerRank, engineHashes []uint64, tier kv.Tier) error {
-	ws := ix.reg.getOrCreate(w)
-	ws.mu.Lock()
+	ws := ix.lockWorker(w)
 	err := ix.update(ws, engineHashes, tier, +1)
 	ws.mu.Unlock()
 	ix.checkAfter()
@@ -23,8 +22,7 @@ func (ix *Index) StoreTier(w kv.WorkerRank, engineHashes []uint64, tier kv.Tier)
 // rest are applied. A block with no copy left on any tier leaves w, and a node
 // no worker holds (and that has no children) is freed.
 func (ix *Index) Remove(w kv.WorkerRank, engineHashes []uint64, tier kv.Tier) error {
-	ws := ix.reg.getOrCreate(w) // (a worker unknown so far: its misses are counted)
-	ws.mu.Lock()
+	ws := ix.lockWorker(w) // (a worker unknown so far: its misses are counted)
 	err := ix.update(ws, engineHashes, tier, -1)
 	ws.mu.Unlock()
 	ix.checkAfter()

@@ -13,6 +13,7 @@ type workerState struct {
 	mu   sync.Mutex
 	w    kv.WorkerRank
 	slot uint32
+	dead atomic.Bool // removed (set under mu, after the last entry of slot left): see registry
 
 	blocks u64map    // engine hash -> binding
 	keys   []uint64  // a store run's path keys
@@ -25,6 +26,18 @@ type workerState struct {
 	dupStore                                     atomic.Uint64
 
 	sink uint64 // keeps prefetching loads alive
+}
+
+// lockWorker returns w's state, made if need be, locked: never a removed one.
+func (ix *Index) lockWorker(w kv.WorkerRank) *workerState {
+	for {
+		ws := ix.reg.getOrCreate(ix, w)
+		ws.mu.Lock()
+		if !ws.dead.Load() {
+			return ws
+		}
+		ws.mu.Unlock() // (removed since getOrCreate found it: a fresh state is made)
+	}
 }
 
 // setCached publishes ws's index size to Match (through its slot entry).
