@@ -574,3 +574,36 @@ func TestMaxBatchEventsConfig(t *testing.T) {
 		t.Error("the default bound does not refuse the 4M-event batch")
 	}
 }
+
+// TestPing: a publisher's ZMTP heartbeat (PING) is answered with a PONG
+// carrying its context, and batches go on after it.
+func TestPing(t *testing.T) {
+	m, idx, _ := newTestManager(t, true)
+	e := newEngine(23)
+	pong := make(chan []byte, 1)
+	port := rawPub(t, func(nc net.Conn) {
+		c := pubHandshake(t, nc)
+		if c == nil {
+			return
+		}
+		body := append(append([]byte{4}, "PING"...), 0, 10, 'a', 'b', 'c')
+		nc.Write(append([]byte{0x4, byte(len(body))}, body...))
+		f, _, cmd, err := c.recv()
+		if err != nil || !cmd {
+			t.Errorf("no PONG: %v", err)
+			return
+		}
+		pong <- f[0]
+		_, ev := e.store(nil, 2)
+		c.send(nil, seqFrame(0), encodeBatch(t, []map[string]any{ev}, 0))
+		c.send(nil, seqFrame(1), encodeBatch(t, nil, 0))
+	})
+	if err := m.Add(Worker{ID: "w", KVEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", port)}); err != nil {
+		t.Fatal(err)
+	}
+	waitSeq(t, m, "w", 1)
+	if got, want := string(<-pong), "\x04PONGabc"; got != want {
+		t.Errorf("PONG %q, want %q", got, want)
+	}
+	checkTruth(t, idx, kv.WorkerRank{ID: "w"}, e)
+}

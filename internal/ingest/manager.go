@@ -52,7 +52,7 @@ type Config struct {
 	// it is a gap.
 	MaxBatchEvents int
 	// QueueBytes bounds the payload bytes queued across every rank of the
-	// Manager (0: 256 MiB; at least MaxMessageBytes). A rank that cannot
+	// Manager (0: 128 MiB; at least MaxMessageBytes). A rank that cannot
 	// queue a batch within it stops reading until appliers catch up, which
 	// back-pressures its publisher over TCP (queue_budget_waits_total).
 	QueueBytes int64
@@ -228,7 +228,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.MaxBatchEvents = normalize.DefaultMaxEvents
 	}
 	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = 256 << 20
+		cfg.QueueBytes = 128 << 20
 	}
 	cfg.QueueBytes = max(cfg.QueueBytes, cfg.MaxMessageBytes)
 	if cfg.MaxHandshakes <= 0 {
