@@ -45,6 +45,14 @@ func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometh
 		Registerer: reg,
 		QueueDepth: cfg.IngestQueue,
 		Resume:     resumeFrom(resume),
+
+		MaxMessageBytes:  cfg.MaxMessageBytes,
+		MaxBatchEvents:   cfg.MaxBatchEvents,
+		QueueBytes:       cfg.IngestQueueBytes,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		FrameTimeout:     cfg.FrameTimeout,
+		MaxHandshakes:    cfg.MaxHandshakes,
+		CatchUpInterval:  cfg.CatchUpInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -59,6 +59,14 @@ type Config struct {
 	ApproxCapacity      int           `yaml:"approx_capacity"`
 
 	IngestQueue int `yaml:"ingest_queue"`
+	// The ZMQ edge's bounds; 0 takes ingest's default (see ingest.Config).
+	MaxMessageBytes  int64         `yaml:"max_message_bytes"`
+	MaxBatchEvents   int           `yaml:"max_batch_events"`
+	IngestQueueBytes int64         `yaml:"ingest_queue_bytes"`
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	FrameTimeout     time.Duration `yaml:"frame_timeout"`
+	MaxHandshakes    int           `yaml:"max_handshakes"`
+	CatchUpInterval  time.Duration `yaml:"catch_up_interval"`
 
 	IndexShards        int `yaml:"index_shards"`
 	IndexSegmentBlocks int `yaml:"index_segment_blocks"`
@@ -202,6 +210,13 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.PredictionMaxBlocks, "prediction-max-blocks", c.PredictionMaxBlocks, "blocks one Route predicts past the chosen worker's matched prefix")
 	fs.IntVar(&c.ApproxCapacity, "approx-capacity", c.ApproxCapacity, "predicted blocks kept per rank of a worker without events")
 	fs.IntVar(&c.IngestQueue, "ingest-queue", c.IngestQueue, "batches queued per worker/rank before the reader waits (0: default)")
+	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", c.MaxMessageBytes, "largest ZMQ message an engine may send, all frames (0: 16 MiB)")
+	fs.IntVar(&c.MaxBatchEvents, "max-batch-events", c.MaxBatchEvents, "most events one batch may carry (0: 16384)")
+	fs.Int64Var(&c.IngestQueueBytes, "ingest-queue-bytes", c.IngestQueueBytes, "payload bytes queued across all ranks before readers wait (0: 128 MiB)")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "deadline for a ZMTP greeting and handshake (0: 5s)")
+	fs.DurationVar(&c.FrameTimeout, "frame-timeout", c.FrameTimeout, "how long a started ZMQ message may go without progress (0: 10s)")
+	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "handshakes in progress per router-bound rank (0: 4)")
+	fs.DurationVar(&c.CatchUpInterval, "catch-up-interval", c.CatchUpInterval, "at most one full catch-up (replay from seq 0) per rank in this long; a reconnect sooner resumes from the last applied seq (0: 30s, negative: no limit)")
 	fs.IntVar(&c.IndexShards, "index-shards", c.IndexShards, "index shards (rounded up to a power of two, at most 256)")
 	fs.IntVar(&c.IndexSegmentBlocks, "index-segment-blocks", c.IndexSegmentBlocks, "index path segments start at this many blocks times each power of two; each segment is sharded by its first node")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the durable registry and index snapshots, locked while the router runs (\"none\": keep nothing)")
@@ -297,6 +312,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: drain_timeout %v must be >= 0", c.DrainTimeout)
 	case c.IngestQueue < 0:
 		return fmt.Errorf("config: ingest_queue %d must be >= 0 (0: default)", c.IngestQueue)
+	case c.MaxMessageBytes < 0 || c.MaxBatchEvents < 0 || c.IngestQueueBytes < 0 || c.MaxHandshakes < 0:
+		return fmt.Errorf("config: max_message_bytes, max_batch_events, ingest_queue_bytes and max_handshakes must be >= 0 (0: default)")
+	case c.HandshakeTimeout < 0 || c.FrameTimeout < 0:
+		return fmt.Errorf("config: handshake_timeout and frame_timeout must be >= 0 (0: default)")
 	case c.IndexShards <= 0 || c.IndexShards > radix.MaxShards:
 		return fmt.Errorf("config: index_shards %d must be within 1..%d", c.IndexShards, radix.MaxShards)
 	case c.IndexSegmentBlocks <= 0:
