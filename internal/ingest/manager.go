@@ -40,7 +40,9 @@ type Config struct {
 	// after about twice this (0: 5s).
 	KeepAlive time.Duration
 	// StopTimeout bounds how long Remove and Close wait for a worker's
-	// goroutines (0: 10s).
+	// goroutines (0: 10s). Neither holds the Manager's lock while waiting.
+	// Past it, the goroutines are left to exit on their own, but write
+	// nothing more to the index (see writeGate).
 	StopTimeout time.Duration
 	// MaxMessageBytes bounds one received ZMTP message, all its frames
 	// (0: 16 MiB). A larger one drops the connection (counted in
@@ -180,12 +182,17 @@ type Manager struct {
 	mu      sync.Mutex
 	workers map[string]*worker
 	added   map[string]bool // every worker ID Add started (Resume is asked once)
-	closed  bool
+	// retiring holds the IDs Remove took out of workers whose blocks are
+	// not removed from the index yet (a write of theirs is still in
+	// progress); Add refuses them.
+	retiring map[string]bool
+	closed   bool
 }
 
 type worker struct {
 	w     Worker
 	ranks []*rank
+	gate  *writeGate // every index write of the ranks passes it
 }
 
 // New returns a Manager with no workers.
@@ -234,7 +241,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxHandshakes <= 0 {
 		cfg.MaxHandshakes = 4
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker), added: make(map[string]bool)}
+	m := &Manager{cfg: cfg, log: cfg.Logger, workers: make(map[string]*worker), added: make(map[string]bool),
+		retiring: make(map[string]bool)}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -278,6 +286,9 @@ func (m *Manager) Add(w Worker) error {
 	if _, dup := m.workers[w.ID]; dup {
 		return fmt.Errorf("ingest: worker %q is already registered", w.ID)
 	}
+	if m.retiring[w.ID] {
+		return fmt.Errorf("ingest: worker %q is still being removed (a stopped subscription is finishing a write); try again", w.ID)
+	}
 
 	ranks := make([]*rank, 0, w.DPSize)
 	stopAll := func() {
@@ -286,8 +297,9 @@ func (m *Manager) Add(w Worker) error {
 		}
 	}
 	resume := m.cfg.Resume != nil && !m.added[w.ID]
+	gate := &writeGate{}
 	for dp := 0; dp < w.DPSize; dp++ {
-		r, err := m.newRank(w, dp, resume)
+		r, err := m.newRank(w, dp, resume, gate)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("ingest: worker %q rank %d: %w", w.ID, dp, err)
@@ -307,13 +319,14 @@ func (m *Manager) Add(w Worker) error {
 	for _, r := range ranks {
 		r.run()
 	}
-	m.workers[w.ID] = &worker{w: w, ranks: ranks}
+	m.workers[w.ID] = &worker{w: w, ranks: ranks, gate: gate}
 	m.added[w.ID] = true
 	return nil
 }
 
-// newRank makes rank dp of w, from its snapshot position if resume.
-func (m *Manager) newRank(w Worker, dp int, resume bool) (*rank, error) {
+// newRank makes rank dp of w, from its snapshot position if resume; its
+// index writes pass gate.
+func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank, error) {
 	s, err := RankEndpoint(w.KVEndpoint, dp)
 	if err != nil {
 		return nil, err
@@ -360,6 +373,7 @@ func (m *Manager) newRank(w Worker, dp int, resume bool) (*rank, error) {
 	} else {
 		r.sink = newIndexSink(m.cfg.Index, id, m.cfg.BlockSize, m.cfg.MaxBatchEvents, r.log)
 	}
+	r.sink = &gatedSink{sink: r.sink, gate: gate}
 	if m.metrics != nil {
 		r.met = m.metrics.rank(w.ID, uint32(dp))
 	}
@@ -387,25 +401,47 @@ func (m *Manager) namedRanks(w Worker) []uint32 {
 }
 
 // Remove stops following a worker and removes its blocks from the index.
+//
+// It holds the Manager's lock only to take the worker out: Add, Status,
+// Checkpoint and other Removes go on while it waits (at most StopTimeout)
+// for the worker's goroutines. It then closes the worker's write gate: the
+// index forgets the worker once no write of its ranks is in progress, and
+// no later write of theirs reaches the index, even from goroutines that
+// did not stop in time (Remove then fails, but the worker is removed all
+// the same). Until the index has forgotten it, Add refuses the worker ID.
 func (m *Manager) Remove(workerID string) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	wk, ok := m.workers[workerID]
 	if !ok {
+		m.mu.Unlock()
 		return fmt.Errorf("ingest: worker %q is not registered", workerID)
 	}
 	delete(m.workers, workerID)
+	m.retiring[workerID] = true
+	m.mu.Unlock()
+
 	err := m.stopRanks(wk.ranks)
+	wk.gate.close(func() { m.retire(workerID) })
+	if err != nil {
+		return fmt.Errorf("ingest: remove worker %q: %w", workerID, err)
+	}
+	return nil
+}
+
+// retire removes a removed worker from the index and the metrics, once no
+// write of its ranks is in progress or can start; Add may then take its ID
+// again. It runs on Remove's goroutine, or on the applier that finishes the
+// worker's last write: never with the Manager's lock held.
+func (m *Manager) retire(workerID string) {
 	if m.cfg.Index != nil {
 		m.cfg.Index.RemoveWorker(workerID)
 	}
 	if m.metrics != nil {
 		m.metrics.forget(workerID)
 	}
-	if err != nil {
-		return fmt.Errorf("ingest: remove worker %q: %w", workerID, err)
-	}
-	return nil
+	m.mu.Lock()
+	delete(m.retiring, workerID)
+	m.mu.Unlock()
 }
 
 // stopRanks stops ranks in parallel, waiting at most StopTimeout.
@@ -494,7 +530,8 @@ func (m *Manager) Checkpoint(fn func(rank kv.WorkerRank, pos Position, indexRank
 }
 
 // Close stops every subscription, waiting at most StopTimeout. The index is
-// left as it is.
+// left as it is: after Close returns, no subscription writes to it again
+// (one that did not stop in time may finish the write it is in).
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -503,13 +540,19 @@ func (m *Manager) Close() error {
 	}
 	m.closed = true
 	var ranks []*rank
+	var gates []*writeGate
 	for _, wk := range m.workers {
 		ranks = append(ranks, wk.ranks...)
+		gates = append(gates, wk.gate)
 	}
 	m.workers = map[string]*worker{}
 	m.mu.Unlock()
 	m.cancel()
-	if err := m.stopRanks(ranks); err != nil {
+	err := m.stopRanks(ranks)
+	for _, g := range gates {
+		g.close(nil) // late goroutines write nothing more
+	}
+	if err != nil {
 		return fmt.Errorf("ingest: close: %w", err)
 	}
 	return nil

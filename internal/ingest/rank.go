@@ -682,6 +682,9 @@ func (r *rank) outcome(a *seqAction) {
 func (r *rank) apply(seq uint64, payload []byte) bool {
 	r.st.reset()
 	err := r.sink.apply(payload, &r.st)
+	if errors.Is(err, errGateClosed) {
+		return true // removed: the rank is stopping, nothing is recorded
+	}
 	if err != nil {
 		r.decodeErrors.Add(1)
 		if r.met != nil {
