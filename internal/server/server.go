@@ -493,19 +493,25 @@ func (s *Server) UnregisterWorker(_ context.Context, req *kvrouterv1.UnregisterW
 // Unregister removes worker id; with store, from the store first.
 func (s *Server) Unregister(id string, store bool) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	reg, ok := s.workers[id]
 	if !ok {
+		s.mu.Unlock()
 		return status.Errorf(codes.NotFound, "worker_id %q is not registered", id)
 	}
 	if store && s.store != nil {
 		if err := s.store.Delete(id); err != nil {
+			s.mu.Unlock()
 			return status.Errorf(codes.Unavailable, "registry not saved, worker still registered: %v", err)
 		}
 	}
-	s.unfollow(reg.w)
 	delete(s.workers, id)
 	s.metrics.workers.Set(float64(len(s.workers)))
+	s.mu.Unlock()
+	// Stopping the subscriptions can wait for a stuck rank (up to ingest's
+	// StopTimeout): not under the registry's lock, which every registry
+	// call takes. A registration of the same id meanwhile is refused by
+	// ingest ("still being removed") until the stop is over.
+	s.unfollow(reg.w)
 	s.metrics.forgetWorker(id)
 	s.log.Info("worker unregistered", "worker", id)
 	return nil
