@@ -81,17 +81,17 @@ func newFleetGen() *fleetGen {
 
 // prompt is the block hashes of a turn of conversation c (as in radix).
 func (g *fleetGen) prompt(c uint64, turn int, buf []uint64) []uint64 {
-	h := fmix64(c + 0xc0ffee)
+	h := kv.Mix(c + 0xc0ffee)
 	f := float64(h>>11) / (1 << 53)
 	sp := g.sys[int(f*f*float64(len(g.sys)))]
 	buf = append(buf[:0], sp...)
 	n := 4 + int(h>>40)%60
 	for t := 0; t < turn; t++ {
-		n += 8 + int(fmix64(h+uint64(t))%40)
+		n += 8 + int(kv.Mix(h+uint64(t))%40)
 	}
 	n = min(n, 512-len(sp))
 	for i := range n {
-		buf = append(buf, fmix64(h^uint64(i+1)*0x9e3779b97f4a7c15))
+		buf = append(buf, kv.Mix(h^uint64(i+1)*0x9e3779b97f4a7c15))
 	}
 	return buf
 }
@@ -120,7 +120,7 @@ func (g *fleetGen) rank(i int) []fleetNode {
 		buf = g.prompt(zipf.Uint64(), r.IntN(12), buf)
 		cur := int32(0)
 		for d, bh := range buf {
-			k := fmix64(nodes[cur].key ^ bh*0x9e3779b97f4a7c15) // radix's path key
+			k := kv.Mix(nodes[cur].key ^ bh*0x9e3779b97f4a7c15) // radix's path key
 			next, ok := index[k]
 			if !ok {
 				if len(nodes)-1 == benchBindingsPerRank {
@@ -185,7 +185,7 @@ func (g *fleetGen) snapshot(n int) snapData {
 					ref = uint32(len(shards))
 					nd := nodeRec{ref: ref, parent: NoRef, key: fn.key, depth: fn.depth}
 					if segmentStart(fn.depth, benchGeometry.SegmentBlocks) {
-						nd.shard = uint32(fmix64(fn.key^0x2545f4914f6cdd1d) >> 58)
+						nd.shard = uint32(kv.Mix(fn.key^0x2545f4914f6cdd1d) >> 58)
 					} else {
 						nd.parent = own[fn.parent]
 						nd.shard = shards[nd.parent]
@@ -334,14 +334,4 @@ func BenchmarkRegistryPut1000(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/1000-puts")
-}
-
-// fmix64 is MurmurHash3's 64-bit finalizer.
-func fmix64(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
 }
