@@ -68,7 +68,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		if int(m.Slot) < len(r.bySlot) {
 			rk = r.bySlot[m.Slot]
 		}
-		if rk == nil { // (RemoveWorker clears its ranks' slots; slots are never reused)
+		if rk == nil { // (RemoveWorker clears its ranks' slots long before the index may reuse one: radix.Config.SlotReuseDelay)
 			w, ok := r.cfg.Index.WorkerOf(m.Slot)
 			if !ok {
 				continue
