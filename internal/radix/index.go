@@ -149,20 +149,13 @@ func (ix *Index) Workers() []kv.WorkerRank {
 // Stats returns the counters, summed over workers and shards.
 func (ix *Index) Stats() Stats {
 	var st Stats
-	g, wss := ix.reg.snapshot()
-	st.Stores, st.Removes, st.BlocksStored, st.BlocksRemoved = g.stores, g.removes, g.blocksStored, g.blocksRemoved
-	st.ParentNotFound, st.Invalid, st.BlockNotFound, st.DuplicateStore = g.parentNotFound, g.invalid, g.blockNotFound, g.dupStore
+	c, wss := ix.reg.snapshot() // c: the removed workers' counters
 	for _, ws := range wss {
-		st.Stores += ws.stores.Load()
-		st.Removes += ws.removes.Load()
-		st.BlocksStored += ws.blocksStored.Load()
-		st.BlocksRemoved += ws.blocksRemoved.Load()
-		st.ParentNotFound += ws.parentNotFound.Load()
-		st.Invalid += ws.invalid.Load()
-		st.BlockNotFound += ws.blockNotFound.Load()
-		st.DuplicateStore += ws.dupStore.Load()
+		c.add(ws)
 		st.Residencies += ws.cached.Load()
 	}
+	st.Stores, st.Removes, st.BlocksStored, st.BlocksRemoved = c.stores, c.removes, c.blocksStored, c.blocksRemoved
+	st.ParentNotFound, st.Invalid, st.BlockNotFound, st.DuplicateStore = c.parentNotFound, c.invalid, c.blockNotFound, c.dupStore
 	for _, sh := range ix.shards {
 		sh.mu.RLock()
 		st.Nodes += uint64(sh.live)
