@@ -53,6 +53,14 @@ func newEnv(t *testing.T, mods ...func(*scoring.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cc := serveLoopback(t, srv)
+	return &env{router: kvrouterv1.NewRouterClient(cc), registry: kvrouterv1.NewRegistryClient(cc), srv: srv}
+}
+
+// serveLoopback serves srv's services on a loopback port for the test and
+// returns a client connection to it.
+func serveLoopback(t *testing.T, srv *Server) *grpc.ClientConn {
+	t.Helper()
 	gs := grpc.NewServer(srv.GRPCOptions()...)
 	srv.RegisterServices(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,7 +74,7 @@ func newEnv(t *testing.T, mods ...func(*scoring.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &env{router: kvrouterv1.NewRouterClient(cc), registry: kvrouterv1.NewRegistryClient(cc), srv: srv}
+	return cc
 }
 
 func ctx(t *testing.T) context.Context {

@@ -2,13 +2,10 @@ package server
 
 import (
 	"errors"
-	"net"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/ingest"
@@ -47,19 +44,7 @@ func TestStartLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(srv.GRPCOptions()...)
-	srv.RegisterServices(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := serveLoopback(t, srv)
 	reg, rt := kvrouterv1.NewRegistryClient(cc), kvrouterv1.NewRouterClient(cc)
 	c := ctx(t)
 	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m"}
