@@ -29,9 +29,11 @@ type backend struct {
 // registers the fleet.
 func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometheus.Registerer, log *slog.Logger) (*backend, error) {
 	icfg := radix.Config{Shards: cfg.IndexShards, SegmentBlocks: cfg.IndexSegmentBlocks}
-	b := &backend{index: radix.New(icfg), st: st}
+	b := &backend{st: st}
 	var resume map[kv.WorkerRank]ingest.Position
-	if st != nil {
+	if st == nil {
+		b.index = radix.New(icfg)
+	} else {
 		res, err := st.Restore(icfg)
 		if err != nil {
 			return nil, err
