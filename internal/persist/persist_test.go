@@ -315,3 +315,55 @@ func TestOpenSnapshotCPU(t *testing.T) {
 		t.Fatalf("SnapshotCPU 0.5: rests %v per unit of work, want 1", st.pace)
 	}
 }
+
+// TestRestoreRefusesBadRecords: a snapshot whose checksums hold but whose
+// records the index refuses (an engine hash bound twice in a rank) is
+// refused like a corrupt one, and the previous snapshot is restored.
+func TestRestoreRefusesBadRecords(t *testing.T) {
+	ix := radix.New(testIndex)
+	fill(t, ix, []kv.WorkerRank{{ID: "a"}})
+	st := open(t, t.TempDir(), nil)
+	defer st.Close()
+	good, err := st.Snapshot(ix, &fakeIngest{pos: map[kv.WorkerRank]ingest.Position{{ID: "a"}: {HasSeq: true, Seq: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ix.Geometry()
+	// A root node the importer takes: a key its shard picks.
+	shard, key := uint32(0), uint64(12345)
+	for ; ; key++ {
+		im, err := radix.NewImporter(testIndex, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if im.Node(0, radix.NoRef, shard, key, 0) == nil {
+			break
+		}
+	}
+	bad, err := st.snaps.Write(state.Geometry{Shards: g.Shards, SegmentBlocks: g.SegmentBlocks}, func(w *state.Writer) error {
+		if err := w.BeginRank(kv.WorkerRank{ID: "a"}, state.Stream{HasSeq: true, Seq: 9}); err != nil {
+			return err
+		}
+		if err := w.Node(0, state.NoRef, shard, key, 0); err != nil {
+			return err
+		}
+		one := [kv.NumTiers]uint8{1}
+		if err := w.Binding(7, 0, one); err != nil {
+			return err
+		}
+		if err := w.Binding(7, 0, one); err != nil { // the same engine hash again
+			return err
+		}
+		return w.EndRank()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Restore(testIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Snapshot.Path != good.Path || len(res.Refused) != 1 || res.Refused[0].Path != bad.Path || res.Refused[0].MovedTo == "" {
+		t.Fatalf("restored %q refusing %+v; want %q, refusing and moving %q", res.Snapshot.Path, res.Refused, good.Path, bad.Path)
+	}
+}

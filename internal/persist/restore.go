@@ -111,7 +111,7 @@ func (l *loader) Binding(engineHash uint64, ref uint32, copies [kv.NumTiers]uint
 	return bad(l.im.Binding(engineHash, ref, copies))
 }
 
-func (l *loader) EndRank() error { return nil }
+func (l *loader) EndRank() error { return bad(l.im.EndRank()) }
 
 func bad(err error) error {
 	if err == nil {

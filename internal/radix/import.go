@@ -117,6 +117,10 @@ func (im *Importer) Binding(engineHash uint64, ref uint32, copies [kv.NumTiers]u
 	return nil
 }
 
+// EndRank applies the current rank's bindings, so that an error in them is
+// reported with the rank (Rank and Finish do it too).
+func (im *Importer) EndRank() error { return im.flush() }
+
 // flush applies the current rank's pending bindings: one worker-map entry and
 // one holder-set change each.
 func (im *Importer) flush() error {
