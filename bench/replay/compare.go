@@ -110,6 +110,10 @@ type CompareConfig struct {
 	Progress io.Writer
 	// Seed seeds the random policy.
 	Seed uint64
+	// PooledCeiling, when positive, is the pooled ceiling's hit rate for
+	// Requests at Engines x Capacity, computed by the caller (a sweep shares
+	// it between runs); zero computes it.
+	PooledCeiling float64
 }
 
 // PolicyResult is one policy's figures.
@@ -176,10 +180,13 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
 	}
-	if cfg.Progress != nil {
-		fmt.Fprintf(cfg.Progress, "computing the pooled ceiling (%d blocks)...\n", cfg.Engines*cfg.Capacity)
+	rep.PooledCeiling = cfg.PooledCeiling
+	if rep.PooledCeiling <= 0 {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "computing the pooled ceiling (%d blocks)...\n", cfg.Engines*cfg.Capacity)
+		}
+		rep.PooledCeiling = trace.PooledCeiling(cfg.Requests, cfg.BlockSize, cfg.Engines*cfg.Capacity).HitRate()
 	}
-	rep.PooledCeiling = trace.PooledCeiling(cfg.Requests, cfg.BlockSize, cfg.Engines*cfg.Capacity).HitRate()
 	rep.UnlimitedIDHit = trace.IDHitRate(cfg.Requests)
 	for _, p := range cfg.Policies {
 		r, err := runPolicy(ctx, cfg, p)

@@ -8,6 +8,7 @@
 //	kvbench gen [flags]         write a synthetic Mooncake-format trace (chat, agent, rag, mix)
 //	kvbench restart [flags]     kill -9 the router mid-replay, restart it on its state dir, check the index
 //	kvbench attack [flags]      hostile input at the router's gRPC and ZMQ edges, measured against honest traffic
+//	kvbench sweep [flags]       compare over traces x capacities x offered loads; one table, JSON and chart
 package main
 
 import (
@@ -53,11 +54,13 @@ func main() {
 		err = runRestart(ctx, args)
 	case "attack":
 		err = runAttack(ctx, args)
+	case "sweep":
+		err = runSweep(ctx, args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart|attack] [flags]; kvbench CMD -h for flags")
+		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart|attack|sweep] [flags]; kvbench CMD -h for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen, restart or attack)", cmd)
+		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen, restart, attack or sweep)", cmd)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return

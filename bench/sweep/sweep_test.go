@@ -1,0 +1,66 @@
+package sweep
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench/trace"
+)
+
+func TestScaleLoad(t *testing.T) {
+	// 10 requests of 1,000 tokens, one a second: 10 s of trace, 10,000
+	// tokens x 1 ms over 2 engines x 10 s = 0.5.
+	var reqs []trace.Request
+	for i := 0; i < 10; i++ {
+		reqs = append(reqs, trace.Request{Arrival: time.Duration(5+i) * time.Second, InputLength: 1000, HashIDs: []uint64{uint64(i), 1}})
+	}
+	if got := OfferedLoad(reqs, 2, time.Millisecond); math.Abs(got-0.5) > 1e-9 {
+		t.Fatalf("offered load %v, want 0.5", got)
+	}
+	for _, target := range []float64{0.7, 1, 1.3} {
+		out, f := ScaleLoad(reqs, 2, time.Millisecond, target)
+		if got := OfferedLoad(out, 2, time.Millisecond); math.Abs(got-target) > 1e-6 {
+			t.Errorf("target %v: got %v", target, got)
+		}
+		if math.Abs(f-0.5/target) > 1e-9 || out[0].Arrival != 0 || reqs[0].Arrival != 5*time.Second {
+			t.Errorf("target %v: factor %v, first arrival %v, input changed %v", target, f, out[0].Arrival, reqs[0].Arrival)
+		}
+	}
+}
+
+func TestGenerateShapes(t *testing.T) {
+	for _, s := range []string{"chat", "agent", "rag", "mix"} {
+		tr, err := Generate(s, "poisson", 1, time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tr.Reqs) == 0 || tr.Reqs[0].BlockTokens != 512 {
+			t.Fatalf("%s: %d requests", s, len(tr.Reqs))
+		}
+		for i, r := range tr.Reqs {
+			if len(r.HashIDs) != (r.InputLength+511)/512 || (i > 0 && r.Arrival < tr.Reqs[i-1].Arrival) {
+				t.Fatalf("%s request %d: %+v", s, i, r)
+			}
+		}
+	}
+}
+
+func TestReportRendersEveryCell(t *testing.T) {
+	rep := &Report{Engines: 2, Policies: Policies, Baseline: Baseline, Cells: []Cell{
+		{Trace: "a", Capacity: 4096, Load: 0.7, PooledCeiling: 0.5, Results: []Result{{TTFTP50Ratio: 0.5, TTFTP99Ratio: 0.4}, {TTFTP50Ratio: 1, TTFTP99Ratio: 1}}},
+	}}
+	rep.Cells[0].Results[0].Policy, rep.Cells[0].Results[1].Policy = Policies[0].Name, Baseline
+	var b strings.Builder
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| a | 4096 | 70% | 50.0% |") || !strings.Contains(b.String(), "0.50x / 0.40x") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	svg := rep.SVG()
+	if !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "a/4096/70%") || !strings.HasSuffix(svg, "</svg>\n") {
+		t.Fatalf("svg:\n%s", svg)
+	}
+}
