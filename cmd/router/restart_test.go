@@ -94,17 +94,7 @@ func TestStateDirLocked(t *testing.T) {
 func TestShutdownSnapshot(t *testing.T) {
 	stateDir := t.TempDir()
 	r := startRouter(t, "--state-dir", stateDir)
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-r.exited:
-		if err != nil {
-			t.Fatalf("router exited with %v\n%s", err, r.stderrTail)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("router did not exit within 30s of SIGTERM")
-	}
+	checkSIGTERMDrains(t, r)
 	names, err := filepath.Glob(filepath.Join(stateDir, "snapshot-*.kvs"))
 	if err != nil || len(names) != 1 {
 		t.Fatalf("snapshots after SIGTERM: %v (%v), want one", names, err)
