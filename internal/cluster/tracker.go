@@ -28,11 +28,11 @@ type verdict struct {
 
 // Reasons to resynchronise.
 const (
-	resyncNew      = "new"      // an origin first heard mid-stream
-	resyncEpoch    = "epoch"    // the origin restarted mid-stream
-	resyncGap      = "gap"      // a seq was skipped
-	resyncDigest   = "digest"   // digests disagreed twice running
-	resyncLost     = "lost"     // a reconnect or a slow consumer: anything may be missed
+	resyncNew       = "new"       // an origin first heard mid-stream
+	resyncEpoch     = "epoch"     // the origin restarted mid-stream
+	resyncGap       = "gap"       // a seq was skipped
+	resyncDigest    = "digest"    // digests disagreed twice running
+	resyncLost      = "lost"      // a reconnect or a slow consumer: anything may be missed
 	resyncBootstrap = "bootstrap" // this replica just started
 )
 
