@@ -229,15 +229,25 @@ func (q *request) markPrefillDone() {
 	q.rank.decodeBlocks += q.decodeBlocks
 }
 
-// LocalLoad returns the active requests this replica routed itself, as
-// ChangeRoute changes with their remaining TTL: the state another replica
-// asks for when it has missed changes.
+// LocalLoad returns the state another replica asks for when it has missed
+// changes: the active requests this replica routed itself, as ChangeRoute
+// changes with their remaining TTL, then the marks it holds tombstones of
+// (recent finishes and prefill-dones, of any replica's requests), so that a
+// mark lost on the way still reaches the request's own replica.
 func (r *Router) LocalLoad() []LoadChange {
 	now := r.cfg.now()
 	r.load.expire(now)
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
 	var out []LoadChange
+	r.load.expireTombs(now)
+	for id, tb := range r.load.remote.tombs {
+		kind := ChangeFinished
+		if !tb.finished {
+			kind = ChangePrefillDone
+		}
+		out = append(out, LoadChange{Kind: kind, RequestID: id})
+	}
 	for q := r.load.head; q != nil; q = q.next {
 		if q.origin != "" {
 			continue
@@ -257,10 +267,11 @@ func (r *Router) ResetRemote(origin string, state []LoadChange) (released, added
 	if origin == "" {
 		return 0, 0
 	}
-	now := r.cfg.now()
 	keep := make(map[string]bool, len(state))
 	for i := range state {
-		keep[state[i].RequestID] = true
+		if state[i].Kind == ChangeRoute {
+			keep[state[i].RequestID] = true
+		}
 	}
 	r.load.mu.Lock()
 	for q := r.load.head; q != nil; {
@@ -275,8 +286,8 @@ func (r *Router) ResetRemote(origin string, state []LoadChange) (released, added
 	r.load.mu.Unlock()
 	for i := range state {
 		c := state[i]
-		c.Kind, c.Predicted = ChangeRoute, nil
-		_ = r.applyRoute(origin, &c, now) // a refusal is the digest's to notice
+		c.Predicted = nil
+		_ = r.ApplyRemote(origin, &c) // a refusal is the digest's to notice
 	}
 	r.load.mu.Lock()
 	added = len(r.load.requests) - before
