@@ -218,6 +218,12 @@ func TestClusterNATSOutage(t *testing.T) {
 		poll(t, "kvrouter.cluster SERVING again", func() bool { return clusterHealth(t, r) == healthpb.HealthCheckResponse_SERVING })
 	}
 	routeSome(10)
+	// The registry watchers survived the outage.
+	if _, err := kvrouterv1.NewRegistryClient(dial(t, b.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
+		Worker: &kvrouterv1.Worker{WorkerId: "w4", Model: "m"}}); err != nil {
+		t.Fatalf("register after the outage: %v", err)
+	}
+	poll(t, "A lists the worker B registered after the outage", func() bool { return len(listWorkers(t, a)) == 4 })
 	toks := seqTokens(7_000_000, 64)
 	var la, lb map[string]float64
 	defer func() {
@@ -232,7 +238,7 @@ func TestClusterNATSOutage(t *testing.T) {
 				return false
 			}
 		}
-		return len(la) == 3
+		return len(la) == 4
 	})
 	if v := metricValue(t, a.httpAddr, "kvrouter_cluster_disconnects_total"); v < 1 {
 		t.Fatalf("kvrouter_cluster_disconnects_total = %v after an outage", v)
