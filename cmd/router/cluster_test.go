@@ -219,11 +219,14 @@ func TestClusterNATSOutage(t *testing.T) {
 	}
 	routeSome(10)
 	// The registry watchers survived the outage.
+	regStart := time.Now()
 	if _, err := kvrouterv1.NewRegistryClient(dial(t, b.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
 		Worker: &kvrouterv1.Worker{WorkerId: "w4", Model: "m"}}); err != nil {
 		t.Fatalf("register after the outage: %v", err)
 	}
-	poll(t, "A lists the worker B registered after the outage", func() bool { return len(listWorkers(t, a)) == 4 })
+	t.Logf("RegisterWorker after the outage took %v", time.Since(regStart))
+	took := poll(t, "A lists the worker B registered after the outage", func() bool { return len(listWorkers(t, a)) == 4 })
+	t.Logf("a registration after the outage reached the other replica in %v", took)
 	toks := seqTokens(7_000_000, 64)
 	var la, lb map[string]float64
 	defer func() {
