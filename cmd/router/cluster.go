@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/server"
+	"github.com/kvrouter/kvrouter/internal/state"
 )
 
 // Cluster mode: with --nats-url the router is one replica of several. The
@@ -260,36 +261,64 @@ func registeredIDs(srv *server.Server, ix *radix.Index) map[string]bool {
 	return out
 }
 
-// restoreFromStore loads the newest snapshot object that reads back whole;
-// a bad one is refused by name and the next newest tried. ok is false
-// when there is none usable.
+// restoreFromStore loads the newest snapshot object that reads back whole.
+// A bad one (digest or content) is refused by name and the next newest
+// tried; when reading fails otherwise (a timeout, an object pruned while
+// it was read) the objects are listed again, up to three times. ok is
+// false when there is none usable.
 func (cm *clusterMode) restoreFromStore(icfg radix.Config, log *slog.Logger) (res persist.Restored, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*cm.timeout)
-	defer cancel()
-	objs, err := cm.node.Snapshots(ctx)
-	if err != nil {
-		log.Error("snapshot objects not listed; starting empty", "err", err)
-		return res, false
-	}
-	for _, o := range objs {
-		start := time.Now()
-		r, err := cm.node.OpenSnapshot(ctx, o.Name)
-		if err == nil {
-			res, err = persist.ReadSnapshot(r, icfg)
-			if cerr := r.Close(); err == nil && cerr != nil {
-				err = cerr
-			}
-		}
+	refused := map[string]bool{}
+	for round := 1; round <= 3; round++ {
+		ctx, cancel := context.WithTimeout(context.Background(), cm.timeout)
+		objs, err := cm.node.Snapshots(ctx)
+		cancel()
 		if err != nil {
-			cm.node.RefusedSnapshot(o.Name, err)
+			log.Error("snapshot objects not listed", "err", err)
 			continue
 		}
-		res.Took = time.Since(start)
-		log.Info("index restored from the snapshot store", "object", o.Name, "bytes", o.Size, "written", o.ModTime,
-			"ranks", res.Snapshot.Counts.Ranks, "residencies", res.Snapshot.Counts.Bindings, "took", res.Took)
-		return res, true
+		for _, o := range objs {
+			if refused[o.Name] {
+				continue
+			}
+			res, err = cm.readObject(o, icfg)
+			if err == nil {
+				log.Info("index restored from the snapshot store", "object", o.Name, "bytes", o.Size, "written", o.ModTime,
+					"ranks", res.Snapshot.Counts.Ranks, "residencies", res.Snapshot.Counts.Bindings, "took", res.Took)
+				return res, true
+			}
+			if !badSnapshot(err) {
+				log.Warn("snapshot object not read; listing again", "object", o.Name, "round", round, "err", err)
+				break
+			}
+			refused[o.Name] = true
+			cm.node.RefusedSnapshot(o.Name, err)
+		}
 	}
 	return res, false
+}
+
+// readObject reads one snapshot object into an index, within a deadline
+// that allows 4 MiB/s.
+func (cm *clusterMode) readObject(o cluster.SnapshotObject, icfg radix.Config) (persist.Restored, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cm.timeout+time.Duration(o.Size>>22)*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := cm.node.OpenSnapshot(ctx, o.Name)
+	if err != nil {
+		return persist.Restored{}, err
+	}
+	res, err := persist.ReadSnapshot(r, icfg)
+	if cerr := r.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	res.Took = time.Since(start)
+	return res, err
+}
+
+// badSnapshot reports whether err says the snapshot's content is bad, as
+// opposed to its reading failing.
+func badSnapshot(err error) bool {
+	return errors.Is(err, cluster.ErrSnapshotCorrupt) || errors.Is(err, state.ErrCorrupt) || state.IsBadFile(err)
 }
 
 // uploadSnapshot puts the index in the object store: the local snapshot

@@ -19,6 +19,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 )
 
@@ -308,11 +309,12 @@ func metricValue(t *testing.T, httpAddr, name string) float64 {
 	return sum
 }
 
-// TestClusterBootstrapExact: a replica started with an empty state dir
-// restores the newest snapshot in the object store, catches up from each
-// engine's replay socket from the snapshot's positions (the engines keep
-// too little history for a replay from the start), and then holds exactly
-// what the engines cache.
+// TestClusterBootstrapExact: a replica started with an empty state dir,
+// after the only other one stopped, refuses a bad newest object by name,
+// restores the newest good snapshot in the object store, catches up from
+// each engine's replay socket from the snapshot's positions (the engines
+// keep too little history for a replay from the start), and then holds
+// exactly what the engines cache.
 func TestClusterBootstrapExact(t *testing.T) {
 	ns := natstest.Start(t)
 	var engines []*engine.Engine
@@ -350,13 +352,30 @@ func TestClusterBootstrapExact(t *testing.T) {
 	poll(t, "A uploads a snapshot of the exact index", func() bool {
 		return metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`) > uploads
 	})
-	serve(60, 6) // after the snapshot: the newcomer gets these by replay
+	// A stops (its shutdown snapshot uploaded); the engines go on: the
+	// newcomer gets these by replay.
+	checkSIGTERMDrains(t, a)
+	serve(60, 6)
+	// The newest object is bad: it is refused by name, the one before used.
+	bad, err := cluster.Connect(cluster.Config{URL: ns.URL(), ReplicaID: "bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	badObj, err := bad.PutSnapshot(ctx10(t), func(w io.Writer) error { _, err := w.Write([]byte("not a snapshot")); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	start := time.Now()
 	c := startReplica(t, ns, "c")
 	serving := time.Since(start)
-	if !strings.Contains(c.logs(), "index restored from the snapshot store") {
-		t.Fatalf("the new replica did not restore from the snapshot store:\n%s", c.logs())
+	logs := c.logs()
+	if !strings.Contains(logs, "index restored from the snapshot store") || !strings.Contains(logs, `"object":"snapshot-a-`) {
+		t.Fatalf("the new replica did not restore A's snapshot from the store:\n%s", logs)
+	}
+	if !strings.Contains(logs, "snapshot object refused") || !strings.Contains(logs, badObj.Name) {
+		t.Fatalf("the bad object %s was not refused by name:\n%s", badObj.Name, logs)
 	}
 	var why string
 	exact := poll(t, "the new replica exact", func() bool { why = exactAgainst(t, c, engines, prompts); return why == "" })

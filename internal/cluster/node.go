@@ -51,7 +51,7 @@ type Config struct {
 	// replicas' load state. Default 300ms.
 	BootstrapWait time.Duration
 	// SnapshotsKept is how many snapshot objects the object store keeps
-	// (the newest). Default 3.
+	// (the newest). Default 4.
 	SnapshotsKept int
 	// OnStatus, when set, is called when the connection to NATS is lost
 	// (false) and back (true).
@@ -102,7 +102,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBatchBytes = 64 << 10
 	}
 	if c.SnapshotsKept <= 0 {
-		c.SnapshotsKept = 3
+		c.SnapshotsKept = 4
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
