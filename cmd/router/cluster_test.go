@@ -346,7 +346,11 @@ func TestClusterBootstrapExact(t *testing.T) {
 		}
 	}
 	poll(t, "A subscribed to both engines", func() bool { return connectedRanks(t, a) == 2 })
-	serve(0, 60) // past the engines' replay buffers
+	// One batch per engine first: once A has them, its subscriptions
+	// receive (a ZMQ subscription takes effect a moment after connecting).
+	serve(0, 2)
+	poll(t, "A has the first batches", func() bool { return exactAgainst(t, a, engines, prompts) == "" })
+	serve(2, 58) // past the engines' replay buffers
 	poll(t, "A exact", func() bool { return exactAgainst(t, a, engines, prompts) == "" })
 	uploads := metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`)
 	poll(t, "A uploads a snapshot of the exact index", func() bool {
