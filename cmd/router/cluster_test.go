@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -435,4 +439,32 @@ func exactAgainst(t *testing.T, r *router, engines []*engine.Engine, prompts [][
 		}
 	}
 	return ""
+}
+
+// TestClusterNATSTLS: with --nats-tls-ca and a client certificate the
+// router joins a NATS server that requires mTLS; without the certificate it
+// is refused with an error naming --nats-url.
+func TestClusterNATSTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "nats-ca")
+	_, _, serverPair := ca.issue(t, "nats-server", true)
+	clientCert, clientKey, _ := ca.issue(t, "kvrouter", false)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	ns := natstest.StartWith(t, func(o *natsserver.Options) {
+		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{serverPair}, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		o.TLS, o.TLSVerify = true, true
+	})
+	caPath := filepath.Join(dir, "nats-ca.pem")
+	r := startReplica(t, ns, "a", "--nats-tls-ca", caPath, "--nats-tls-cert", clientCert, "--nats-tls-key", clientKey)
+	if st := clusterHealth(t, r); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("kvrouter.cluster health over mTLS: %v", st)
+	}
+	out, err := exec.Command(binary, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
+		"--nats-url", ns.URL(), "--nats-tls-ca", caPath, "--nats-connect-timeout", "2s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--nats-url") {
+		t.Fatalf("router without a client certificate: err=%v output=%s; want a refusal naming --nats-url", err, out)
+	}
+	t.Logf("without a client certificate: %s", strings.TrimSpace(string(out)))
 }
