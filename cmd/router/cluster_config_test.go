@@ -20,6 +20,7 @@ func TestClusterConfig(t *testing.T) {
   prefix: prod
   connect_timeout: 2s
   replicas: 3
+  share_load: false
 replica_id: router-1
 `
 	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
@@ -30,7 +31,7 @@ replica_id: router-1
 		t.Fatal(err)
 	}
 	want := NATSConfig{URL: "nats://n1:4222,nats://n2:4222", CredsFile: "/etc/kvrouter/nats.creds",
-		TLS: NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3}
+		TLS: NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3, ShareLoad: false}
 	if c.NATS != want || c.ReplicaID != "router-2" {
 		t.Fatalf("nats %+v, replica_id %q; want %+v, router-2 (the flag over the file)", c.NATS, c.ReplicaID, want)
 	}

@@ -108,6 +108,7 @@ func TestFlagDefaults(t *testing.T) {
 		"nats-prefix":               "kvrouter",
 		"nats-connect-timeout":      "5s",
 		"nats-replicas":             "1",
+		"nats-share-load":           "true",
 		"replica-id":                defaultReplicaID(),
 		"pprof":                     "false",
 		"predict":                   "true",
