@@ -94,7 +94,7 @@ func (s *signalling) wait(id string) chan struct{} {
 	return ch
 }
 
-func newBenchRouter(b *testing.B, onChange func(*scoring.LoadChange)) *scoring.Router {
+func newBenchRouter(b *testing.B, onChange func(scoring.LoadChange)) *scoring.Router {
 	r, err := scoring.New(scoring.Config{Index: radix.New(radix.Config{}), OnChange: onChange, Seed: 1, RequestTTL: time.Hour})
 	if err != nil {
 		b.Fatal(err)

@@ -136,7 +136,7 @@ func (r *Router) markShared(kind ChangeKind, id string) error {
 		q.markPrefillDone()
 	}
 	t.mu.Unlock()
-	r.cfg.OnChange(&LoadChange{Kind: kind, RequestID: id})
+	r.cfg.OnChange(LoadChange{Kind: kind, RequestID: id})
 	return nil
 }
 
@@ -146,7 +146,7 @@ func (r *Router) reportRoute(id string, chosen *rank, pb, pt, db int64, predicte
 	if r.cfg.OnChange == nil {
 		return
 	}
-	r.cfg.OnChange(&LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
+	r.cfg.OnChange(LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
 		PrefillBlocks: pb, PrefillTokens: pt, DecodeBlocks: db, Predicted: predicted})
 }
 

@@ -22,8 +22,8 @@ func newReplicaPair(t *testing.T) *replicaPair {
 	record := func(q *[]LoadChange) func(*Config) {
 		return func(c *Config) {
 			c.RequestTTL = time.Minute
-			c.OnChange = func(ch *LoadChange) {
-				cp := *ch
+			c.OnChange = func(ch LoadChange) {
+				cp := ch
 				cp.Predicted = slices.Clone(ch.Predicted)
 				*q = append(*q, cp)
 			}
