@@ -323,9 +323,10 @@ func badSnapshot(err error) bool {
 
 // uploadSnapshot puts the index in the object store: the local snapshot
 // just written when there is a state dir, else a snapshot streamed from
-// the index.
+// the index. Without NATS the local snapshot is still written, and the
+// upload waits for the next interval.
 func (b *backend) uploadSnapshot(cm *clusterMode, cpu float64, now bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	fill := func(w io.Writer) error {
 		_, err := persist.WriteSnapshot(w, b.index, b.ing, cpu)
@@ -349,6 +350,10 @@ func (b *backend) uploadSnapshot(cm *clusterMode, cpu float64, now bool) error {
 			_, err = io.Copy(w, f)
 			return err
 		}
+	}
+	if !cm.node.Connected() {
+		cm.log.Warn("snapshot not uploaded: NATS is not connected")
+		return nil
 	}
 	obj, err := cm.node.PutSnapshot(ctx, fill)
 	if err == nil {
