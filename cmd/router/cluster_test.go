@@ -468,3 +468,25 @@ func TestClusterNATSTLS(t *testing.T) {
 	}
 	t.Logf("without a client certificate: %s", strings.TrimSpace(string(out)))
 }
+
+// TestClusterShareLoadOff: with --nats-share-load=false the registry is
+// still shared but the load is not: a MarkFinished sent to the other
+// replica is NotFound, as with two lone routers.
+func TestClusterShareLoadOff(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns, "a", "--nats-share-load=false")
+	b := startReplica(t, ns, "b", "--nats-share-load=false")
+	if _, err := kvrouterv1.NewRegistryClient(dial(t, a.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
+		Worker: &kvrouterv1.Worker{WorkerId: "w1", Model: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "B lists A's registration", func() bool { return len(listWorkers(t, b)) == 1 })
+	if _, err := kvrouterv1.NewRouterClient(dial(t, a.grpcAddr)).Route(ctx10(t), &kvrouterv1.RouteRequest{
+		Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: seqTokens(1, 64)}, RequestId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := kvrouterv1.NewRouterClient(dial(t, b.grpcAddr)).MarkFinished(ctx10(t), &kvrouterv1.RequestRef{RequestId: "r1"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("MarkFinished on the other replica without load sharing: %v; want NotFound", err)
+	}
+}
