@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
@@ -232,22 +234,35 @@ func (cm *clusterMode) apply(srv *server.Server, ev cluster.WorkerEvent) {
 // the bucket for the ids it names.
 func (cm *clusterMode) registerFile(srv *server.Server, file []WorkerConfig) error {
 	for i, wc := range file {
-		w := configWorker(wc)
-		if cur, src, ok := srv.Registered(w.WorkerId); ok {
-			want := proto.Clone(w).(*kvrouterv1.Worker)
-			want.DpSize = max(want.DpSize, 1)
-			if src == server.SourceConfig && proto.Equal(cur, want) {
-				continue
-			}
-			if err := srv.Unregister(w.WorkerId, false); err != nil {
-				return fmt.Errorf("config: workers[%d]: %w", i, err)
-			}
-		}
-		if err := srv.Register(w, server.SourceConfig, true); err != nil {
+		if err := registerFileWorker(srv, configWorker(wc)); err != nil {
 			return fmt.Errorf("config: workers[%d]: %w", i, err)
 		}
 	}
 	return nil
+}
+
+// registerFileWorker registers w unless it is registered alike. Another
+// replica starting with the same file may put w in the bucket meanwhile,
+// and the watch register it here between the check and the registration:
+// then the check is made again.
+func registerFileWorker(srv *server.Server, w *kvrouterv1.Worker) error {
+	want := proto.Clone(w).(*kvrouterv1.Worker)
+	want.DpSize = max(want.DpSize, 1)
+	var err error
+	for range 3 {
+		if cur, src, ok := srv.Registered(w.WorkerId); ok {
+			if src == server.SourceConfig && proto.Equal(cur, want) {
+				return nil
+			}
+			if err = srv.Unregister(w.WorkerId, false); err != nil && status.Code(err) != codes.NotFound {
+				return err
+			}
+		}
+		if err = srv.Register(w, server.SourceConfig, true); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "already registered") {
+			return err
+		}
+	}
+	return err
 }
 
 // registeredIDs are the ids srv has registered.

@@ -490,3 +490,30 @@ func TestClusterShareLoadOff(t *testing.T) {
 		t.Fatalf("MarkFinished on the other replica without load sharing: %v; want NotFound", err)
 	}
 }
+
+// TestClusterSameConfigFile: replicas started at once with the same
+// workers: list all start, and each lists them all from the file.
+func TestClusterSameConfigFile(t *testing.T) {
+	ns := natstest.Start(t)
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, fmt.Sprintf("static-%d", i))
+	}
+	cfg := writeConfig(t, t.TempDir(), "fleet.yaml", ids...)
+	var rs []*router
+	for _, id := range []string{"a", "b", "c"} {
+		rs = append(rs, launchRouter(t, "--nats-url", ns.URL(), "--replica-id", id, "--config", cfg))
+	}
+	for _, r := range rs {
+		waitServing(t, r)
+		poll(t, "every replica lists the file's workers", func() bool {
+			got := listWorkers(t, r)
+			for _, id := range ids {
+				if got[id] != "config" {
+					return false
+				}
+			}
+			return len(got) == len(ids)
+		})
+	}
+}
