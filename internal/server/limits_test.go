@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -20,8 +19,10 @@ func (e *env) rejected(reason string) float64 {
 }
 
 // The attack of issue 20 over gRPC: a Score of 262,144 tokens with 40,000
-// multimodal items is refused InvalidArgument, naming mm_items, fast, and
-// counted.
+// multimodal items is refused InvalidArgument, naming mm_items, and counted.
+// That the refusal comes before any hashing is scoring's
+// TestMMItemsLimitRefusesBeforeHashing; a wall-clock bound here failed on a
+// loaded machine without saying anything about the code.
 func TestManyMMItemsRefused(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
@@ -33,13 +34,8 @@ func TestManyMMItemsRefused(t *testing.T) {
 	for i := range 40000 {
 		p.MmItems = append(p.MmItems, &kvrouterv1.MultimodalItem{Hash: fmt.Sprint("i", i), Offset: uint32(i * 6), Length: 4})
 	}
-	start := time.Now()
 	_, err := e.router.Score(c, &kvrouterv1.ScoreRequest{Prompt: p})
-	took := time.Since(start)
 	wantCode(t, err, codes.InvalidArgument, "prompt.mm_items has 40000 items, over --max-mm-items 1024")
-	if took > time.Second {
-		t.Fatalf("refusing took %v", took)
-	}
 	_, err = e.router.Route(c, &kvrouterv1.RouteRequest{Prompt: p, RequestId: "r"})
 	wantCode(t, err, codes.InvalidArgument, "mm_items")
 	if got := e.rejected(scoring.LimitMMItems); got != 2 {
