@@ -56,9 +56,12 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// decodeRouteRequest decodes b into m (a new message) when b is in the form
-// the fast path takes, and reports whether it did; m is untouched otherwise.
-// Nothing in m aliases b.
+// decodeRouteRequest decodes b into m when b is in the form the fast path
+// takes, and reports whether it did. m may be a new message, or one decoded
+// before: its Prompt and that prompt's token_ids memory are then reused (a
+// stream's or a pool's request). When it declines, m is untouched but for a
+// reused Prompt, which is reset (proto.Unmarshal resets m anyway). Nothing in
+// m aliases b.
 func decodeRouteRequest(b []byte, m *kvrouterv1.RouteRequest) bool {
 	var (
 		seen   uint8
@@ -80,7 +83,7 @@ func decodeRouteRequest(b []byte, m *kvrouterv1.RouteRequest) bool {
 			if n < 0 {
 				return false
 			}
-			prompt = new(kvrouterv1.Prompt)
+			prompt = reusePrompt(m.Prompt)
 			if !decodePrompt(v, prompt) {
 				return false
 			}
@@ -111,8 +114,21 @@ func decodeRouteRequest(b []byte, m *kvrouterv1.RouteRequest) bool {
 			return false
 		}
 	}
+	m.Reset() // (a reused message's unknown fields)
 	m.Prompt, m.RequestId, m.Temperature, m.MaxCandidates = prompt, reqID, temp, maxC
 	return true
+}
+
+// reusePrompt returns p reset, keeping its token_ids memory (as a zero-length
+// slice) for decodePrompt to decode into, or a new Prompt when p is nil.
+func reusePrompt(p *kvrouterv1.Prompt) *kvrouterv1.Prompt {
+	if p == nil {
+		return new(kvrouterv1.Prompt)
+	}
+	toks := p.TokenIds[:0]
+	p.Reset()
+	p.TokenIds = toks
+	return p
 }
 
 // decodeScoreRequest is decodeRouteRequest for ScoreRequest.
@@ -136,8 +152,11 @@ func decodeScoreRequest(b []byte, m *kvrouterv1.ScoreRequest) bool {
 	return true
 }
 
-// decodePrompt decodes b into p (a new message) in the fast path's form.
+// decodePrompt decodes b into p (a new or reset message) in the fast path's
+// form. token_ids are decoded into p.TokenIds' memory when it has room.
 func decodePrompt(b []byte, p *kvrouterv1.Prompt) bool {
+	buf := p.TokenIds[:0]
+	p.TokenIds = nil
 	var seen uint8
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -152,7 +171,7 @@ func decodePrompt(b []byte, p *kvrouterv1.Prompt) bool {
 		b = b[n+n2:]
 		switch num {
 		case 2:
-			toks, ok := decodePackedUint32(v)
+			toks, ok := decodePackedUint32(v, buf)
 			if !ok {
 				return false
 			}
@@ -188,8 +207,10 @@ const contBits = 0x8080808080808080 // the continuation bit of each byte of a wo
 // each varint's 7-bit groups are gathered with shifts and masks, with no
 // branch on its length; two varints are taken from one word when both end in
 // it, which halves the loop's dependency chain for typical token ids (1 to 3
-// bytes). It declines (false) a truncated varint or one over 5 bytes.
-func decodePackedUint32(b []byte) ([]uint32, bool) {
+// bytes). It declines (false) a truncated varint or one over 5 bytes. The
+// result is in dst's memory when it has room (dst's contents are ignored),
+// else in a new slice of exactly the tokens' length.
+func decodePackedUint32(b []byte, dst []uint32) ([]uint32, bool) {
 	if len(b) == 0 {
 		return nil, true
 	}
@@ -205,7 +226,11 @@ func decodePackedUint32(b []byte) ([]uint32, bool) {
 			count++
 		}
 	}
-	out := make([]uint32, count)
+	out := dst[:0]
+	if cap(out) < count {
+		out = make([]uint32, count)
+	}
+	out = out[:count]
 	j := 0
 	for i = 0; i+8 <= len(b) && j+2 <= len(out); {
 		w := binary.LittleEndian.Uint64(b[i:])

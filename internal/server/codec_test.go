@@ -78,6 +78,20 @@ func checkDecode(t *testing.T, b []byte) (routeFast, scoreFast bool) {
 	if !routeFast && !proto.Equal(&fr, &kvrouterv1.RouteRequest{}) {
 		t.Fatalf("RouteRequest %x: declined but wrote %v", b, &fr)
 	}
+	// Into a message an earlier request was decoded into (a stream's or a
+	// pool's): with token_ids memory too short and long enough, and unknown
+	// fields of its own.
+	for _, room := range []int{3, 1 << 12} {
+		old := &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "old", TokenIds: make([]uint32, 3, room),
+			BlockHashes: []uint64{1}, LoraName: "l", CacheSalt: "c"}, RequestId: "old", MaxCandidates: 9}
+		old.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+		if decodeRouteRequest(b, old) != routeFast {
+			t.Fatalf("RouteRequest %x: fast path %v on a new message, not on a reused one", b, routeFast)
+		}
+		if routeFast && !proto.Equal(old, &pr) {
+			t.Fatalf("RouteRequest %x into a reused message: fast path %v, protobuf %v", b, old, &pr)
+		}
+	}
 	var fs, ps kvrouterv1.ScoreRequest
 	scoreFast = decodeScoreRequest(b, &fs)
 	err = proto.Unmarshal(b, &ps)
@@ -113,7 +127,7 @@ func TestRequestDecode(t *testing.T) {
 		for _, v := range toks {
 			b = protowire.AppendVarint(b, uint64(v))
 		}
-		got, ok := decodePackedUint32(b)
+		got, ok := decodePackedUint32(b, nil)
 		if !ok || len(got) != len(toks) || cap(got) != len(toks) {
 			t.Fatalf("%d tokens: ok %v, %d decoded (cap %d)", n, ok, len(got), cap(got))
 		}
