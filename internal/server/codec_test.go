@@ -118,7 +118,7 @@ func TestRequestDecode(t *testing.T) {
 	}
 	// Token ids decoded word by word, at every alignment and length.
 	r := rand.New(rand.NewPCG(3, 4))
-	for n := range 40 {
+	for n := range 300 {
 		toks := make([]uint32, n)
 		for i := range toks {
 			toks[i] = uint32(r.Uint64() >> (64 - 1 - r.IntN(32)))
@@ -127,13 +127,16 @@ func TestRequestDecode(t *testing.T) {
 		for _, v := range toks {
 			b = protowire.AppendVarint(b, uint64(v))
 		}
-		got, ok := decodePackedUint32(b, nil)
-		if !ok || len(got) != len(toks) || cap(got) != len(toks) {
-			t.Fatalf("%d tokens: ok %v, %d decoded (cap %d)", n, ok, len(got), cap(got))
-		}
-		for i := range toks {
-			if got[i] != toks[i] {
-				t.Fatalf("%d tokens: token %d = %d, want %d", n, i, got[i], toks[i])
+		// Into new memory, and into reused memory too short and long enough.
+		for _, room := range []int{0, n / 2, 2 * n} {
+			got, ok := decodePackedUint32(b, make([]uint32, room))
+			if !ok || len(got) != len(toks) || (room < n && cap(got) != len(toks)) {
+				t.Fatalf("%d tokens into %d: ok %v, %d decoded (cap %d)", n, room, ok, len(got), cap(got))
+			}
+			for i := range toks {
+				if got[i] != toks[i] {
+					t.Fatalf("%d tokens into %d: token %d = %d, want %d", n, room, i, got[i], toks[i])
+				}
 			}
 		}
 	}
