@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -152,11 +153,15 @@ func (s *Server) RegisterServices(g *grpc.Server) {
 }
 
 // GRPCOptions returns the options a grpc.Server needs to serve s: its
-// interceptor and its codec (proto, with a faster decoder for prompts).
+// interceptor and its codec (proto, with a faster decoder for prompts), and
+// stream workers: a pool of GOMAXPROCS goroutines that handle incoming calls
+// (grpc-go starts a goroutine per call otherwise, whose stack a Route then
+// grows by copying; calls past a busy pool still get one of their own).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryInterceptor()),
 		grpc.ForceServerCodecV2(newCodec()),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 }
 
