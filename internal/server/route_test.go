@@ -107,8 +107,8 @@ func TestRouteStream(t *testing.T) {
 	if got := testutil.ToFloat64(m.errors.WithLabelValues(kvrouterv1.Router_RouteStream_FullMethodName, "InvalidArgument")); got != 3 {
 		t.Fatalf("kvrouter_rpc_errors_total{RouteStream,InvalidArgument} = %v, want 3", got)
 	}
-	if got := testutil.CollectAndCount(m.latency); got != 2 {
-		t.Fatalf("%d latency series, want RegisterWorker's and RouteStream's", got)
+	if got := testutil.CollectAndCount(m.latency); got != 3 {
+		t.Fatalf("%d latency series, want RegisterWorker's, RouteStream's and Route's (reported from the start)", got)
 	}
 }
 

@@ -158,6 +158,7 @@ func runLoad(ctx context.Context, args []string) error {
 		routerLog  = fs.String("router-log", "", "file for the started router's log (empty: discard)")
 		stream     = fs.Bool("stream", false, "send Routes on RouteStream (one stream per client) instead of unary Route calls")
 		form       = fs.String("prompt-form", "tokens", "what a Route sends: tokens (token_ids) or hashes (block_hashes the client computed)")
+		null       = fs.Bool("null", false, "the transport baseline: send the same requests for a model no worker serves, which the router decodes and refuses (NotFound) before any routing work")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -326,11 +327,15 @@ func runLoad(ctx context.Context, args []string) error {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range reqs {
 		toks := pool.tokens(rng.IntN(pool.Docs), nil)[:*promptTok]
-		p := &kvrouterv1.Prompt{Model: *model, TokenIds: toks}
+		m := *model
+		if *null {
+			m = nullModel(m)
+		}
+		p := &kvrouterv1.Prompt{Model: m, TokenIds: toks}
 		if *form == "hashes" {
 			// The router block hash a gateway computes (README); the router's
 			// own implementation is the reference.
-			p = &kvrouterv1.Prompt{Model: *model, BlockHashes: normalize.HashPrompt(normalize.Seed("", ""), toks, pool.BlockSize, nil, nil)}
+			p = &kvrouterv1.Prompt{Model: m, BlockHashes: normalize.HashPrompt(normalize.Seed("", ""), toks, pool.BlockSize, nil, nil)}
 		}
 		b, err := proto.Marshal(&kvrouterv1.RouteRequest{Prompt: p, MaxCandidates: uint32(*maxCand)})
 		if err != nil {
@@ -347,7 +352,7 @@ func runLoad(ctx context.Context, args []string) error {
 		defer cs[i].Close()
 	}
 	applied0, _ := replay.EventsApplied(ctx, reg, *model)
-	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, *stream, router)
+	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, *stream, *null, router)
 	if err != nil {
 		return err
 	}
@@ -356,6 +361,9 @@ func runLoad(ctx context.Context, args []string) error {
 	call := "unary Route"
 	if *stream {
 		call = "RouteStream, a stream per client"
+	}
+	if *null {
+		call += ", for an unserved model (the transport baseline: NotFound counts as done)"
 	}
 	fmt.Printf("Route load: %d-token prompts sent as %s (%d bytes), %s, %d clients over %d connections, target %.0f/s for %v (after %v warm-up)\n",
 		*promptTok, *form, len(reqs[0]), call, *clients, *conns, *rate, *duration, *warmup)
@@ -376,6 +384,9 @@ func runLoad(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// nullModel is the model --null sends: one no worker serves.
+func nullModel(model string) string { return model + "-null" }
 
 // routeCaller returns a function that sends one pre-marshaled RouteRequest
 // on conn and returns the answer's matched blocks: a unary Route call, or
@@ -439,8 +450,9 @@ type loadResult struct {
 // i/rate; latency counts from the due time, so a stalled server cannot hide
 // its queue (no coordinated omission).
 // With stream, each client sends its requests on a RouteStream of its own,
-// one at a time (the next after the answer), instead of as unary calls.
-func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int, stream bool, router *replay.Router) (*loadResult, error) {
+// one at a time (the next after the answer), instead of as unary calls. With
+// null, the requests are for an unserved model and NotFound is their answer.
+func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int, stream, null bool, router *replay.Router) (*loadResult, error) {
 	if rate <= 0 || clients <= 0 {
 		return nil, errors.New("load: rate and clients must be positive")
 	}
@@ -497,6 +509,9 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 				sent := time.Now()
 				matched, err := call(&reqs[i%int64(len(reqs))])
 				end := time.Now()
+				if null && status.Code(err) == codes.NotFound {
+					err = nil
+				}
 				if i < warmN {
 					continue
 				}
