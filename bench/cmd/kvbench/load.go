@@ -158,6 +158,7 @@ func runLoad(ctx context.Context, args []string) error {
 		routerLog  = fs.String("router-log", "", "file for the started router's log (empty: discard)")
 		stream     = fs.Bool("stream", false, "send Routes on RouteStream (one stream per client) instead of unary Route calls")
 		form       = fs.String("prompt-form", "tokens", "what a Route sends: tokens (token_ids) or hashes (block_hashes the client computed)")
+		idle       = fs.Duration("idle", 5*time.Second, "before the load, how long to measure the started router's CPU with no Routes (the fill done, the churn's events going on): Route's CPU is also given net of it (0: not measured)")
 		null       = fs.Bool("null", false, "the transport baseline: send the same requests for a model no worker serves, which the router decodes and refuses (NotFound) before any routing work")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -351,6 +352,10 @@ func runLoad(ctx context.Context, args []string) error {
 		}
 		defer cs[i].Close()
 	}
+	idleCores, err := routerIdle(ctx, router, *idle)
+	if err != nil {
+		return err
+	}
 	applied0, _ := replay.EventsApplied(ctx, reg, *model)
 	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, *stream, *null, router)
 	if err != nil {
@@ -378,11 +383,40 @@ func runLoad(ctx context.Context, args []string) error {
 		per := res.routerCPU / time.Duration(res.done)
 		fmt.Printf("  router CPU: %.2f cores, %v per Route (gRPC, Route and the events applied meanwhile): one core serves %.0f/s; kvbench itself %.2f cores\n",
 			res.routerCPU.Seconds()/res.measured.Seconds(), per, float64(time.Second)/float64(per), res.selfCPU.Seconds()/res.measured.Seconds())
+		if idleCores > 0 {
+			// The same window's CPU less what the router spent without Routes.
+			net := (res.routerCPU - time.Duration(idleCores*float64(res.measured))) / time.Duration(res.done)
+			fmt.Printf("  router CPU without Routes (events, subscriptions), measured for %v before: %.3f cores; net of it, %v per Route: one core serves %.0f/s\n",
+				*idle, idleCores, net, float64(time.Second)/float64(max(net, 1)))
+		}
 	}
 	if res.firstErr != "" {
 		fmt.Printf("  first error: %s\n", res.firstErr)
 	}
 	return nil
+}
+
+// routerIdle measures the started router's CPU, in cores, over d with no
+// Routes sent (0 when there is no started router or d is 0).
+func routerIdle(ctx context.Context, router *replay.Router, d time.Duration) (float64, error) {
+	if router == nil || d <= 0 {
+		return 0, nil
+	}
+	c0, err := router.CPUTime()
+	if err != nil {
+		return 0, nil // (not measured off Linux)
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	c1, err := router.CPUTime()
+	if err != nil {
+		return 0, err
+	}
+	return (c1 - c0).Seconds() / time.Since(t0).Seconds(), nil
 }
 
 // nullModel is the model --null sends: one no worker serves.
