@@ -119,15 +119,16 @@ func decodeRouteRequest(b []byte, m *kvrouterv1.RouteRequest) bool {
 	return true
 }
 
-// reusePrompt returns p reset, keeping its token_ids memory (as a zero-length
-// slice) for decodePrompt to decode into, or a new Prompt when p is nil.
+// reusePrompt returns p reset, keeping its token_ids and block_hashes memory
+// (as zero-length slices) for decodePrompt to decode into, or a new Prompt
+// when p is nil.
 func reusePrompt(p *kvrouterv1.Prompt) *kvrouterv1.Prompt {
 	if p == nil {
 		return new(kvrouterv1.Prompt)
 	}
-	toks := p.TokenIds[:0]
+	toks, hs := p.TokenIds[:0], p.BlockHashes[:0]
 	p.Reset()
-	p.TokenIds = toks
+	p.TokenIds, p.BlockHashes = toks, hs
 	return p
 }
 
@@ -153,10 +154,11 @@ func decodeScoreRequest(b []byte, m *kvrouterv1.ScoreRequest) bool {
 }
 
 // decodePrompt decodes b into p (a new or reset message) in the fast path's
-// form. token_ids are decoded into p.TokenIds' memory when it has room.
+// form. token_ids and block_hashes are decoded into p's memory when it has
+// room.
 func decodePrompt(b []byte, p *kvrouterv1.Prompt) bool {
-	buf := p.TokenIds[:0]
-	p.TokenIds = nil
+	buf, hbuf := p.TokenIds[:0], p.BlockHashes[:0]
+	p.TokenIds, p.BlockHashes = nil, nil
 	var seen uint8
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -177,7 +179,7 @@ func decodePrompt(b []byte, p *kvrouterv1.Prompt) bool {
 			}
 			p.TokenIds = toks
 		case 3:
-			hs, ok := decodePackedUint64(v)
+			hs, ok := decodePackedUint64(v, hbuf)
 			if !ok {
 				return false
 			}
@@ -271,18 +273,17 @@ func countVarints(b []byte) int {
 	return count
 }
 
-// decodePackedUint64 decodes packed varints (block hashes: up to 10 bytes each).
-func decodePackedUint64(b []byte) ([]uint64, bool) {
+// decodePackedUint64 decodes packed varints (block hashes: up to 10 bytes
+// each), into dst's memory when it has room.
+func decodePackedUint64(b []byte, dst []uint64) ([]uint64, bool) {
 	if len(b) == 0 {
 		return nil, true
 	}
-	count := 0
-	for _, c := range b {
-		if c < 0x80 {
-			count++
-		}
+	count := countVarints(b)
+	out := dst[:0]
+	if cap(out) < count {
+		out = make([]uint64, 0, count)
 	}
-	out := make([]uint64, 0, count)
 	for len(b) > 0 {
 		v, n := protowire.ConsumeVarint(b)
 		if n < 0 {

@@ -83,7 +83,7 @@ func checkDecode(t *testing.T, b []byte) (routeFast, scoreFast bool) {
 	// fields of its own.
 	for _, room := range []int{3, 1 << 12} {
 		old := &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "old", TokenIds: make([]uint32, 3, room),
-			BlockHashes: []uint64{1}, LoraName: "l", CacheSalt: "c"}, RequestId: "old", MaxCandidates: 9}
+			BlockHashes: make([]uint64, 1, room), LoraName: "l", CacheSalt: "c"}, RequestId: "old", MaxCandidates: 9}
 		old.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
 		if decodeRouteRequest(b, old) != routeFast {
 			t.Fatalf("RouteRequest %x: fast path %v on a new message, not on a reused one", b, routeFast)
