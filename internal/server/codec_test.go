@@ -78,6 +78,20 @@ func checkDecode(t *testing.T, b []byte) (routeFast, scoreFast bool) {
 	if !routeFast && !proto.Equal(&fr, &kvrouterv1.RouteRequest{}) {
 		t.Fatalf("RouteRequest %x: declined but wrote %v", b, &fr)
 	}
+	// Into a message an earlier request was decoded into (a stream's or a
+	// pool's): with token_ids memory too short and long enough, and unknown
+	// fields of its own.
+	for _, room := range []int{3, 1 << 12} {
+		old := &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "old", TokenIds: make([]uint32, 3, room),
+			BlockHashes: make([]uint64, 1, room), LoraName: "l", CacheSalt: "c"}, RequestId: "old", MaxCandidates: 9}
+		old.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+		if decodeRouteRequest(b, old) != routeFast {
+			t.Fatalf("RouteRequest %x: fast path %v on a new message, not on a reused one", b, routeFast)
+		}
+		if routeFast && !proto.Equal(old, &pr) {
+			t.Fatalf("RouteRequest %x into a reused message: fast path %v, protobuf %v", b, old, &pr)
+		}
+	}
 	var fs, ps kvrouterv1.ScoreRequest
 	scoreFast = decodeScoreRequest(b, &fs)
 	err = proto.Unmarshal(b, &ps)
@@ -104,7 +118,7 @@ func TestRequestDecode(t *testing.T) {
 	}
 	// Token ids decoded word by word, at every alignment and length.
 	r := rand.New(rand.NewPCG(3, 4))
-	for n := range 40 {
+	for n := range 300 {
 		toks := make([]uint32, n)
 		for i := range toks {
 			toks[i] = uint32(r.Uint64() >> (64 - 1 - r.IntN(32)))
@@ -113,13 +127,16 @@ func TestRequestDecode(t *testing.T) {
 		for _, v := range toks {
 			b = protowire.AppendVarint(b, uint64(v))
 		}
-		got, ok := decodePackedUint32(b)
-		if !ok || len(got) != len(toks) || cap(got) != len(toks) {
-			t.Fatalf("%d tokens: ok %v, %d decoded (cap %d)", n, ok, len(got), cap(got))
-		}
-		for i := range toks {
-			if got[i] != toks[i] {
-				t.Fatalf("%d tokens: token %d = %d, want %d", n, i, got[i], toks[i])
+		// Into new memory, and into reused memory too short and long enough.
+		for _, room := range []int{0, n / 2, 2 * n} {
+			got, ok := decodePackedUint32(b, make([]uint32, room))
+			if !ok || len(got) != len(toks) || (room < n && cap(got) != len(toks)) {
+				t.Fatalf("%d tokens into %d: ok %v, %d decoded (cap %d)", n, room, ok, len(got), cap(got))
+			}
+			for i := range toks {
+				if got[i] != toks[i] {
+					t.Fatalf("%d tokens into %d: token %d = %d, want %d", n, room, i, got[i], toks[i])
+				}
 			}
 		}
 	}
@@ -136,34 +153,57 @@ func FuzzRequestDecode(f *testing.F) {
 
 // BenchmarkRequestDecode compares the fast path with proto.Unmarshal on an
 // 8,192-token RouteRequest with token ids like a 150k vocabulary's.
+// BenchmarkRequestDecode decodes 64 different 8,192-token requests in turn:
+// one request decoded over and over lets the branch predictor learn its
+// varint lengths, which a router never sees.
 func BenchmarkRequestDecode(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	toks := make([]uint32, 8192)
-	for i := range toks {
-		toks[i] = uint32(r.IntN(150000))
-	}
-	msg, err := proto.Marshal(&kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "model", TokenIds: toks}, RequestId: "req-1"})
-	if err != nil {
-		b.Fatal(err)
+	msgs := make([][]byte, 64)
+	for k := range msgs {
+		toks := make([]uint32, 8192)
+		for i := range toks {
+			toks[i] = uint32(r.IntN(150000))
+		}
+		var err error
+		msgs[k], err = proto.Marshal(&kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "model", TokenIds: toks}, RequestId: "req-1"})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.Run("fast", func(b *testing.B) {
-		b.SetBytes(int64(len(msg)))
+		b.SetBytes(int64(len(msgs[0])))
 		b.ReportAllocs()
+		i := 0
 		for b.Loop() {
 			var m kvrouterv1.RouteRequest
-			if !decodeRouteRequest(msg, &m) {
+			if !decodeRouteRequest(msgs[i%len(msgs)], &m) {
 				b.Fatal("declined")
 			}
+			i++
+		}
+	})
+	b.Run("fast-reused", func(b *testing.B) { // a stream's or a pooled request
+		b.SetBytes(int64(len(msgs[0])))
+		b.ReportAllocs()
+		var m kvrouterv1.RouteRequest
+		i := 0
+		for b.Loop() {
+			if !decodeRouteRequest(msgs[i%len(msgs)], &m) {
+				b.Fatal("declined")
+			}
+			i++
 		}
 	})
 	b.Run("protobuf", func(b *testing.B) {
-		b.SetBytes(int64(len(msg)))
+		b.SetBytes(int64(len(msgs[0])))
 		b.ReportAllocs()
+		i := 0
 		for b.Loop() {
 			var m kvrouterv1.RouteRequest
-			if err := proto.Unmarshal(msg, &m); err != nil {
+			if err := proto.Unmarshal(msgs[i%len(msgs)], &m); err != nil {
 				b.Fatal(err)
 			}
+			i++
 		}
 	})
 }
