@@ -52,12 +52,12 @@ type Policy struct {
 // Baseline is the policy every ratio is taken against.
 const Baseline = replay.PolicyRoundRobin
 
-// Policies is the default policy list, in run order. Adding the old cost,
-// once the router has --policy, is one line:
-//
-//	{Name: "kvrouter-old", Run: replay.PolicyKV, RouterArgs: []string{"--policy=old"}, Timed: true},
+// Policies is the default policy list, in run order (so within each cell the
+// router's two costs alternate with round-robin): kvrouter with its default
+// cost in time, with the cost in blocks, and round-robin.
 var Policies = []Policy{
-	{Name: "kvrouter", Run: replay.PolicyKV, Timed: true},
+	{Name: "kvrouter", Run: replay.PolicyKV, RouterArgs: []string{"--policy=time"}, Timed: true},
+	{Name: "kvrouter-blocks", Run: replay.PolicyKV, RouterArgs: []string{"--policy=blocks"}, Timed: true},
 	{Name: Baseline, Run: replay.PolicyRoundRobin},
 }
 

@@ -111,6 +111,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 //	cost    = PrefillWeight * prefill + active decode blocks
 //
 // The overlap credit weighs each matched block by its best tier's weight.
+// Under PolicyTime, costTime then replaces the costs with seconds.
 // It reports whether any rank is a candidate. The caller holds r.mu for
 // reading.
 func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
@@ -139,6 +140,9 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		s.costs = append(s.costs, r.cfg.PrefillWeight*prefill+decode)
 		s.prefill = append(s.prefill, prefill)
 		s.decode = append(s.decode, decode)
+	}
+	if r.cfg.Policy == PolicyTime {
+		r.costTime(ranks, s, r.cfg.now())
 	}
 	return len(s.cands) > 0
 }

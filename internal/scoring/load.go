@@ -14,6 +14,8 @@ type loadTable struct {
 	requests   map[string]*request
 	head, tail *request // oldest, newest
 	max        int      // requests at most (Config.MaxActiveRequests)
+	ttl        time.Duration
+	fleets     map[string]*fleetTiming // by model: PolicyTime's learner
 }
 
 type request struct {
@@ -23,6 +25,8 @@ type request struct {
 	prefillTokens int64
 	decodeBlocks  int64
 	prefillDone   bool
+	decodeAtRoute int64 // the rank's active decode blocks when routed
+	routed        time.Time
 	expires       time.Time
 	prev, next    *request
 }
@@ -59,7 +63,7 @@ func (r *Router) MarkPrefillDone(requestID string) error {
 	if err := r.checkRequestID(requestID); err != nil {
 		return err
 	}
-	return r.load.prefillDone(requestID)
+	return r.load.prefillDone(requestID, r.cfg.now())
 }
 
 // MarkFinished ends a request's load.
@@ -78,8 +82,9 @@ func (r *Router) ActiveRequests() int {
 	return len(r.load.requests)
 }
 
-func newLoadTable(max int) *loadTable {
-	return &loadTable{requests: make(map[string]*request), max: max}
+// newLoadTable holds at most max requests, each expiring ttl after its Route.
+func newLoadTable(max int, ttl time.Duration) *loadTable {
+	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl, fleets: make(map[string]*fleetTiming)}
 }
 
 // checkRoom reports whether one more request fits.
@@ -105,7 +110,8 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	if err := t.roomLocked(); err != nil {
 		return err
 	}
-	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
+	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks,
+		decodeAtRoute: rk.decodeBlocks, routed: expires.Add(-t.ttl), expires: expires}
 	t.requests[id] = q
 	q.prev = t.tail
 	if t.tail != nil {
@@ -117,10 +123,11 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	rk.active++
 	rk.prefillBlocks += prefillBlocks
 	rk.prefillTokens += prefillTokens
+	t.prefillStarted(q)
 	return nil
 }
 
-func (t *loadTable) prefillDone(id string) error {
+func (t *loadTable) prefillDone(id string, now time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q, ok := t.requests[id]
@@ -132,6 +139,7 @@ func (t *loadTable) prefillDone(id string) error {
 		q.rank.prefillBlocks -= q.prefillBlocks
 		q.rank.prefillTokens -= q.prefillTokens
 		q.rank.decodeBlocks += q.decodeBlocks
+		t.prefillEnded(q, now, true)
 	}
 	return nil
 }
@@ -167,6 +175,7 @@ func (t *loadTable) release(q *request) {
 	} else {
 		q.rank.prefillBlocks -= q.prefillBlocks
 		q.rank.prefillTokens -= q.prefillTokens
+		t.prefillEnded(q, time.Time{}, false)
 	}
 }
 

@@ -38,6 +38,7 @@ type rank struct {
 	prefillTokens int64
 	decodeBlocks  int64
 	active        int64
+	timing        rankTiming
 }
 
 // AddWorker makes w a candidate for its model.
