@@ -179,11 +179,7 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 		b, a = 0, (s.wy+perSample*prior)/(s.w+perSample)
 	}
 	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue}
-	if f.stores > 0 {
-		out.reuse = f.hits / f.stores
-	} else if f.hits > 0 {
-		out.reuse = f.hits
-	}
+	out.reuse = f.hits / (f.stores + 1) // (+1: no division by zero before the first store)
 	return out
 }
 
