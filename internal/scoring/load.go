@@ -36,6 +36,10 @@ type Load struct {
 	WorkerID string
 	DPRank   uint32
 	Active   int64
+	// PrefillTokensPerSecond is the time policy's estimate of the rank's
+	// prefill throughput at its current decode load (the prior until
+	// MarkPrefillDone timings arrive).
+	PrefillTokensPerSecond float64
 
 	// The load's terms in the cost, for the package's tests.
 	prefillBlocks int64
@@ -51,9 +55,16 @@ func (r *Router) Loads() []Load {
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
 	out := make([]Load, 0, len(r.ranks))
+	est := map[string]rates{}
 	for _, rk := range r.ranks {
+		e, ok := est[rk.worker.Model]
+		if !ok {
+			e = ratesOf(r.load.fleets[rk.worker.Model], 1/r.cfg.PrefillTokensPerSecond)
+			est[rk.worker.Model] = e
+		}
 		out = append(out, Load{WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Active: rk.active,
-			prefillBlocks: rk.prefillBlocks, prefillTokens: rk.prefillTokens, decodeBlocks: rk.decodeBlocks})
+			PrefillTokensPerSecond: 1 / e.secondsPerToken(&rk.timing, float64(rk.decodeBlocks)),
+			prefillBlocks:          rk.prefillBlocks, prefillTokens: rk.prefillTokens, decodeBlocks: rk.decodeBlocks})
 	}
 	return out
 }
