@@ -18,8 +18,7 @@ type scratch struct {
 	byTier  [][kv.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
-	prefill []float64
-	decode  []float64
+	terms   []costTerms
 	cands   []int
 	top     []int
 	missed  []slotRank
@@ -78,10 +77,10 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 			}
 			s.missed = append(s.missed, slotRank{m.Slot, rk})
 		}
-		if rk.worker.Model != p.Model {
+		j := rk.idx
+		if j >= n || ranks[j] != rk { // (a rank of another model)
 			continue
 		}
-		j := rk.idx
 		s.radixM[j] = m.Matched
 		s.byTier[j] = m.ByTier
 		s.cached[j] = m.Cached
@@ -104,45 +103,76 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 }
 
 // costCandidates keeps the ranks evaluate filled in s that are under the busy
-// thresholds, with their cost terms, in s.cands (index into ranks), s.prefill,
-// s.decode and s.costs:
+// thresholds in s.cands (index into ranks), with their cost terms in s.terms
+// and their costs in s.costs (cost's formula). It reports whether any rank is
+// a candidate. The caller holds r.mu for reading.
+//
+// It visits every rank of the model: a rank that matched nothing still has a
+// cost (its load). It is kept cheap per rank instead: the overlap credit is
+// summed only for ranks that matched a block, and the slices are written in
+// place.
+func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
+	promptBlocks := float64(len(s.hashes))
+	n := len(ranks)
+	s.cands = resize(s.cands, n)
+	s.costs = resize(s.costs, n)
+	s.terms = resize(s.terms, n)
+	k := 0
+	r.load.mu.Lock()
+	for j, rk := range ranks {
+		if r.busy(rk) {
+			continue
+		}
+		credit := 0.0
+		if s.depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
+			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
+		}
+		t := r.cost(promptBlocks, credit, rk)
+		s.cands[k], s.terms[k], s.costs[k] = j, t, t.cost
+		k++
+	}
+	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
+	if r.cfg.Policy == PolicyTime {
+		r.costTime(ranks, s, r.cfg.now())
+	}
+	r.load.mu.Unlock()
+	return k > 0
+}
+
+// busy reports whether rk is over a busy threshold, and so no candidate.
+// The caller holds r.load.mu.
+func (r *Router) busy(rk *rank) bool {
+	return (r.cfg.MaxActivePrefillTokens > 0 && rk.prefillTokens >= r.cfg.MaxActivePrefillTokens) ||
+		(r.cfg.MaxActiveDecodeBlocks > 0 && rk.decodeBlocks >= r.cfg.MaxActiveDecodeBlocks)
+}
+
+// credit is a rank's overlap credit: each matched block weighted by its best
+// tier's weight, and predicted blocks as device blocks.
+func (r *Router) credit(byTier [kv.NumTiers]uint32, predicted uint32) float64 {
+	c := 0.0
+	for t, n := range byTier {
+		c += r.weights[t] * float64(n)
+	}
+	return c + r.weights[kv.TierDevice]*float64(predicted)
+}
+
+// costTerms is one candidate's cost and the terms it is made of (reported
+// in Decision.Candidates).
+type costTerms struct {
+	prefill, decode, cost float64
+}
+
+// cost is the routing cost of rk for a prompt of promptBlocks blocks of
+// which credit (tier-weighted) are cached on it:
 //
 //	prefill = prompt blocks - overlap credit + active prefill blocks
 //	cost    = PrefillWeight * prefill + active decode blocks
 //
-// The overlap credit weighs each matched block by its best tier's weight.
-// Under PolicyTime, costTime then replaces the costs with seconds.
-// It reports whether any rank is a candidate. The caller holds r.mu for
-// reading.
-func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
-	promptBlocks := float64(len(s.hashes))
-	s.cands = s.cands[:0]
-	s.costs = s.costs[:0]
-	s.prefill = s.prefill[:0]
-	s.decode = s.decode[:0]
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
-	for j, rk := range ranks {
-		if r.cfg.MaxActivePrefillTokens > 0 && rk.prefillTokens >= r.cfg.MaxActivePrefillTokens {
-			continue
-		}
-		if r.cfg.MaxActiveDecodeBlocks > 0 && rk.decodeBlocks >= r.cfg.MaxActiveDecodeBlocks {
-			continue
-		}
-		credit := 0.0
-		for t, n := range s.byTier[j] {
-			credit += r.weights[t] * float64(n)
-		}
-		credit += r.weights[kv.TierDevice] * float64(s.depth[j]-s.radixM[j]) // predicted blocks count as device blocks
-		prefill := promptBlocks - credit + float64(rk.prefillBlocks)
-		decode := float64(rk.decodeBlocks)
-		s.cands = append(s.cands, j)
-		s.costs = append(s.costs, r.cfg.PrefillWeight*prefill+decode)
-		s.prefill = append(s.prefill, prefill)
-		s.decode = append(s.decode, decode)
-	}
-	if r.cfg.Policy == PolicyTime {
-		r.costTime(ranks, s, r.cfg.now())
-	}
-	return len(s.cands) > 0
+// It is the one place PolicyBlocks' formula is written; under PolicyTime,
+// costTime then replaces the costs with seconds. The caller holds
+// r.load.mu (rk's load).
+func (r *Router) cost(promptBlocks, credit float64, rk *rank) costTerms {
+	prefill := promptBlocks - credit + float64(rk.prefillBlocks)
+	decode := float64(rk.decodeBlocks)
+	return costTerms{prefill: prefill, decode: decode, cost: r.cfg.PrefillWeight*prefill + decode}
 }

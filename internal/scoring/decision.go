@@ -1,5 +1,7 @@
 package scoring
 
+import "slices"
+
 // Decision answers Route.
 type Decision struct {
 	WorkerID     string
@@ -23,28 +25,28 @@ type Candidate struct {
 	Cost          float64
 }
 
-// newDecision describes candidate pick of s (an index into s.cands) as the
-// choice, with every candidate or, for maxCandidates > 0, that many cheapest
-// with the chosen one among them.
-func newDecision(ranks []*rank, s *scratch, pick, maxCandidates int) *Decision {
+// fillDecision describes candidate pick of s (an index into s.cands) as the
+// choice in dec, with every candidate or, for maxCandidates > 0, that many
+// cheapest with the chosen one among them. dec.Candidates' memory is reused.
+func fillDecision(dec *Decision, ranks []*rank, s *scratch, pick, maxCandidates int) {
 	chosen := ranks[s.cands[pick]]
-	dec := &Decision{
+	*dec = Decision{
 		WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank, Endpoint: chosen.worker.Endpoint,
 		Matched: s.depth[s.cands[pick]], PromptBlocks: uint32(len(s.hashes)), Cost: s.costs[pick],
+		Candidates: dec.Candidates[:0],
 	}
 	if maxCandidates <= 0 || maxCandidates >= len(s.cands) {
-		dec.Candidates = make([]Candidate, len(s.cands))
+		dec.Candidates = slices.Grow(dec.Candidates, len(s.cands))
 		for i := range s.cands {
-			dec.Candidates[i] = s.candidate(ranks, i)
+			dec.Candidates = append(dec.Candidates, s.candidate(ranks, i))
 		}
-		return dec
+		return
 	}
 	s.top = cheapest(s.costs, pick, maxCandidates, s.top[:0])
-	dec.Candidates = make([]Candidate, len(s.top))
-	for i, c := range s.top {
-		dec.Candidates[i] = s.candidate(ranks, c)
+	dec.Candidates = slices.Grow(dec.Candidates, len(s.top))
+	for _, c := range s.top {
+		dec.Candidates = append(dec.Candidates, s.candidate(ranks, c))
 	}
-	return dec
 }
 
 // candidate returns the cost terms of candidate i of s.
@@ -52,7 +54,7 @@ func (s *scratch) candidate(ranks []*rank, i int) Candidate {
 	rk := ranks[s.cands[i]]
 	return Candidate{
 		WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Matched: s.depth[s.cands[i]],
-		PrefillBlocks: s.prefill[i], DecodeBlocks: s.decode[i], Cost: s.costs[i],
+		PrefillBlocks: s.terms[i].prefill, DecodeBlocks: s.terms[i].decode, Cost: s.terms[i].cost,
 	}
 }
 

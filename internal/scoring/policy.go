@@ -69,7 +69,7 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 	}
 	for i, j := range s.cands {
 		rk := ranks[j]
-		spt := e.secondsPerToken(&rk.timing, s.decode[i])
+		spt := e.secondsPerToken(&rk.timing, s.terms[i].decode)
 		occupancy := 0.0
 		if e.reuse > 0 {
 			cached := r.cfg.Index.Cached(rk.key)
@@ -78,13 +78,13 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 				occupancy = float64(cached) / float64(capacity)
 			}
 		}
-		// s.prefill holds prompt blocks - credit + active prefill blocks.
-		own := max(0, s.prefill[i]-float64(rk.prefillBlocks)) * bs * spt
+		// terms.prefill is prompt blocks - credit + active prefill blocks.
+		own := max(0, s.terms[i].prefill-float64(rk.prefillBlocks)) * bs * spt
 		c := waitSeconds(rk, spt, now) + own*(1+e.queue+occupancy*e.reuse)
 		if math.IsNaN(c) || math.IsInf(c, 0) {
 			c = math.MaxFloat64
 		}
-		s.costs[i] = c
+		s.costs[i], s.terms[i].cost = c, c
 	}
 	if f != nil {
 		f.capacity = capacity

@@ -12,33 +12,44 @@ import (
 // maxCandidates > 0 keeps only that many cheapest candidates in the Decision
 // (the chosen one always among them).
 func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCandidates int) (*Decision, error) {
+	dec := new(Decision)
+	if err := r.RouteTo(dec, p, requestID, temperature, maxCandidates); err != nil {
+		return nil, err
+	}
+	return dec, nil
+}
+
+// RouteTo is Route writing the decision into dec, whose Candidates' memory it
+// reuses: a caller that routes many prompts (a stream) keeps one Decision.
+// On error dec is left in an unspecified state.
+func (r *Router) RouteTo(dec *Decision, p *Prompt, requestID string, temperature float64, maxCandidates int) error {
 	if temperature < 0 || math.IsNaN(temperature) || math.IsInf(temperature, 0) {
-		return nil, fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
+		return fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
 	}
 	if err := r.checkRequestID(requestID); err != nil {
-		return nil, err
+		return err
 	}
 	now := r.cfg.now()
 	r.load.expire(now)
 	if requestID != "" {
 		// Refused before any work; add checks again, under its lock.
 		if err := r.load.checkRoom(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
 	if err := r.preparePrompt(p, s); err != nil {
-		return nil, err
+		return err
 	}
 	r.mu.RLock()
-	dec, err := r.routeLocked(p, s, requestID, temperature, maxCandidates, now)
+	err := r.routeLocked(dec, p, s, requestID, temperature, maxCandidates, now)
 	r.mu.RUnlock()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.learnSlots(s.missed)
-	return dec, nil
+	return nil
 }
 
 // checkRequestID bounds a request_id's length (MaxRequestIDBytes).
@@ -54,24 +65,24 @@ func (r *Router) checkRequestID(id string) error {
 // predictions. Recording happens under the read lock too, which keeps chosen
 // registered: a RemoveWorker in between would leave a request on a dead rank
 // and a prediction in an overlay slot that may have a new owner.
-func (r *Router) routeLocked(p *Prompt, s *scratch, requestID string, temperature float64, maxCandidates int, now time.Time) (*Decision, error) {
+func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID string, temperature float64, maxCandidates int, now time.Time) error {
 	ranks, err := r.evaluate(p, s, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !r.costCandidates(ranks, s) {
-		return nil, fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
+		return fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
 	}
 	pick := r.choose(s.costs, temperature)
-	dec := newDecision(ranks, s, pick, maxCandidates)
+	fillDecision(dec, ranks, s, pick, maxCandidates)
 	chosen := ranks[s.cands[pick]]
 	if requestID != "" {
 		if err := r.addLoad(p, s, chosen, dec.Matched, requestID, now); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	r.predictChosen(s, chosen, dec.Matched, now)
-	return dec, nil
+	return nil
 }
 
 // addLoad makes requestID active load on chosen: the prompt's blocks and
