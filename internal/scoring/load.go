@@ -201,9 +201,14 @@ func (t *loadTable) expire(now time.Time) {
 	}
 }
 
-func (t *loadTable) dropWorker(wk *worker) {
+// dropWorker releases wk's requests and, when wk was its model's last
+// worker, the model's learned timings.
+func (t *loadTable) dropWorker(wk *worker, lastOfModel bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if lastOfModel {
+		delete(t.fleets, wk.Model)
+	}
 	for _, q := range t.requests {
 		if q.rank.worker == wk {
 			t.release(q)

@@ -140,7 +140,8 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 }
 
 // fleetOf returns model's fleet state, creating it while the table holds
-// fewer models than it may hold requests (a bound on hostile model names).
+// fewer models than it may hold requests. A model's state goes with its
+// last worker (dropWorker).
 func (t *loadTable) fleetOf(model string) *fleetTiming {
 	f, ok := t.fleets[model]
 	if !ok {

@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -167,5 +168,56 @@ func TestTimeStatsSlope(t *testing.T) {
 	few.add(rankKeep, 1000, 2, 10)
 	if got := few.slope(); got != 0 {
 		t.Errorf("two samples: slope %g, want 0 until 8", got)
+	}
+}
+
+// Under PolicyTime the busy thresholds still exclude a rank, temperature
+// still samples, and predictions still credit a burst's shared prefix.
+func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Policy, c.MaxActivePrefillTokens = PolicyTime, 8*bs })
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	toks := tokens(1, 8*bs)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := d.WorkerID
+	// The prediction makes the same prompt free on first (no queue counted
+	// against it: it is all cached), and the first rank is now at its
+	// threshold of 8 blocks of active prefill: the next request goes to the
+	// other one even so.
+	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r2", 0, 0)
+	if err != nil || d.WorkerID == first || len(d.Candidates) != 1 {
+		t.Fatalf("r2 -> %+v, %v; want the other worker, the only candidate under the threshold", d, err)
+	}
+	// Both are at the threshold now.
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("r3: %v; want ErrUnavailable", err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if err := f.r.MarkFinished(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Predictions: the prompt's blocks count as cached on both now, a new
+	// prompt is uncached on both; at a high temperature both are chosen.
+	seen := map[string]bool{}
+	for i := 0; i < 64; i++ {
+		d, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(5000, 8*bs)}, "", 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[d.WorkerID] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("temperature 10 chose only %v", seen)
+	}
+	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
+	if err != nil || d.Matched != 8 || d.Cost != 0 {
+		t.Fatalf("predicted prompt -> %+v, %v; want all 8 blocks matched at cost 0", d, err)
+	}
+	if err := f.r.checkInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }
