@@ -195,7 +195,7 @@ func (c *Cell) Name() string {
 func (c *Cell) summary() string {
 	var b strings.Builder
 	for _, r := range c.Results {
-		fmt.Fprintf(&b, " %s %s %.2fx/%.2fx %.2f;", r.Policy, pct(r.HitRateOfCeiling), r.TTFTP50Ratio, r.TTFTP99Ratio, r.Imbalance)
+		fmt.Fprintf(&b, " %s %s %.2fx/%.2fx %.2f/%.2f;", r.Policy, pct(r.HitRateOfCeiling), r.TTFTP50Ratio, r.TTFTP99Ratio, r.Imbalance, r.PrefillImbalance)
 	}
 	return b.String()
 }

@@ -201,6 +201,10 @@ func waitSeconds(rk *rank, spt float64, now time.Time) float64 {
 	if rk.timing.pending == 0 {
 		return 0
 	}
-	w := float64(rk.prefillTokens)*spt - now.Sub(rk.timing.busySince).Seconds()
-	return max(0, w)
+	// Less the time the oldest has been running, but no less than the work
+	// of the others (an average share each): a late MarkPrefillDone, or a
+	// rate estimated too high, must not make a queue look empty.
+	all := float64(rk.prefillTokens) * spt
+	others := all * float64(rk.timing.pending-1) / float64(rk.timing.pending)
+	return max(others, all-now.Sub(rk.timing.busySince).Seconds())
 }
