@@ -16,6 +16,7 @@ type loadTable struct {
 	max        int      // requests at most (Config.MaxActiveRequests)
 	ttl        time.Duration
 	fleets     map[string]*fleetTiming // by model: PolicyTime's learner
+	priorSPT   float64                 // its prior seconds per token
 }
 
 type request struct {
@@ -59,7 +60,7 @@ func (r *Router) Loads() []Load {
 	for _, rk := range r.ranks {
 		e, ok := est[rk.worker.Model]
 		if !ok {
-			e = ratesOf(r.load.fleets[rk.worker.Model], 1/r.cfg.PrefillTokensPerSecond)
+			e = ratesOf(r.load.fleets[rk.worker.Model], r.load.priorSPT)
 			est[rk.worker.Model] = e
 		}
 		out = append(out, Load{WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Active: rk.active,
@@ -93,9 +94,11 @@ func (r *Router) ActiveRequests() int {
 	return len(r.load.requests)
 }
 
-// newLoadTable holds at most max requests, each expiring ttl after its Route.
-func newLoadTable(max int, ttl time.Duration) *loadTable {
-	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl, fleets: make(map[string]*fleetTiming)}
+// newLoadTable holds at most max requests, each expiring ttl after its
+// Route; its learner starts from priorTokensPerSecond.
+func newLoadTable(max int, ttl time.Duration, priorTokensPerSecond float64) *loadTable {
+	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl,
+		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond}
 }
 
 // checkRoom reports whether one more request fits.

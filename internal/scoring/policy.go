@@ -56,7 +56,7 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 		return
 	}
 	f := r.load.fleetOf(ranks[s.cands[0]].worker.Model)
-	e := ratesOf(f, 1/r.cfg.PrefillTokensPerSecond)
+	e := ratesOf(f, r.load.priorSPT)
 	pending := 0.0
 	for _, rk := range ranks {
 		pending += float64(rk.timing.pending)
@@ -64,6 +64,7 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 	bs := float64(r.cfg.BlockSize)
 	var capacity uint64
 	if f != nil {
+		f.ranks = len(ranks)
 		f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
 		capacity = f.capacity
 	}

@@ -21,17 +21,22 @@ import (
 // away (relative error about 1/sqrt(samples)); they are not fitted to a
 // trace.
 const (
-	rankHalfLife  = 32  // MarkPrefillDone samples of one rank
+	// rankHalfLife is a rank's half-life in its fair share of the model's
+	// samples (rankHalfLife x ranks samples of the fleet), so a rank that
+	// gets no samples, e.g. because an outlier made it look slow and the
+	// router avoids it, drifts back to the fleet's estimate instead of
+	// keeping the outlier forever.
+	rankHalfLife  = 32
 	fleetHalfLife = 256 // samples of all the model's ranks, and Routes for the reuse and queue averages
 	// priorSamples is how many samples of the model's fleet a rank's own
 	// estimate is shrunk toward (a new rank starts at the fleet's value).
 	priorSamples = 4
+	// outlierFactor bounds one sample's seconds per token, as a multiple of
+	// the rank's estimate before it.
+	outlierFactor = 4
 )
 
-var (
-	rankKeep  = math.Exp2(-1.0 / rankHalfLife)
-	fleetKeep = math.Exp2(-1.0 / fleetHalfLife)
-)
+var fleetKeep = math.Exp2(-1.0 / fleetHalfLife)
 
 // timeStats is a decayed, token-weighted regression of seconds per prefill
 // token (y) on the rank's active decode blocks (x).
@@ -43,6 +48,11 @@ type timeStats struct {
 	wxx float64 // tokens x decode blocks^2
 	wxy float64 // decode blocks x busy seconds
 	wyy float64 // busy seconds^2 / tokens
+}
+
+// scale weighs every sample so far by k.
+func (s *timeStats) scale(k float64) {
+	s.n, s.w, s.wx, s.wy, s.wxx, s.wxy, s.wyy = k*s.n, k*s.w, k*s.wx, k*s.wy, k*s.wxx, k*s.wxy, k*s.wyy
 }
 
 func (s *timeStats) add(keep, tokens, busy, x float64) {
@@ -85,6 +95,7 @@ type rankTiming struct {
 	lastDone  time.Time // the rank's last MarkPrefillDone
 	busySince time.Time // when its oldest pending prefill started, while pending > 0
 	pending   int64     // requests routed to it and not yet prefill-done
+	seq       uint64    // the fleet's sample count when stats was last decayed
 }
 
 // fleetTiming is what the learner keeps per model.
@@ -94,6 +105,17 @@ type fleetTiming struct {
 	stores   float64 // decayed uncached blocks of routed prompts
 	queue    float64 // decayed mean pending prefills per rank, seen by Routes
 	capacity uint64  // largest index size seen on a rank of the model
+	seq      uint64  // samples so far
+	ranks    int     // the model's ranks at the last Route
+}
+
+// rankDecay is the weight left to a rank's samples after the fleet's
+// samples since seq, the rank's last update.
+func rankDecay(fleetSeq, seq uint64, ranks int) float64 {
+	if fleetSeq <= seq {
+		return 1
+	}
+	return math.Exp2(-float64(fleetSeq-seq) / (rankHalfLife * float64(max(ranks, 1))))
 }
 
 // prefillStarted records a routed request on its rank.
@@ -133,10 +155,22 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 		return
 	}
 	x := float64(q.decodeAtRoute)
-	rt.stats.add(rankKeep, float64(q.prefillTokens), busy, x)
-	if f := t.fleetOf(q.rank.worker.Model); f != nil {
-		f.stats.add(fleetKeep, float64(q.prefillTokens), busy, x)
+	f := t.fleetOf(q.rank.worker.Model)
+	// One sample moves the estimate by at most outlierFactor: a stall (a
+	// late mark, a paused gateway) would otherwise dominate the sums for
+	// hundreds of samples, while a rank that really slowed down still gets
+	// there, by that factor per sample.
+	e := ratesOf(f, t.priorSPT)
+	busy = min(busy, outlierFactor*float64(q.prefillTokens)*e.secondsPerToken(rt, x))
+	if f == nil {
+		rt.stats.add(1, float64(q.prefillTokens), busy, x)
+		return
 	}
+	f.seq++
+	f.stats.add(fleetKeep, float64(q.prefillTokens), busy, x)
+	rt.stats.scale(rankDecay(f.seq, rt.seq, f.ranks))
+	rt.seq = f.seq
+	rt.stats.add(1, float64(q.prefillTokens), busy, x)
 }
 
 // fleetOf returns model's fleet state, creating it while the table holds
@@ -161,6 +195,8 @@ type rates struct {
 	pseudo    float64 // the prior's weight in a rank's estimate, in tokens
 	queue     float64 // mean pending prefills per rank
 	reuse     float64 // expected future hits per stored block
+	seq       uint64  // the fleet's samples so far
+	ranks     int
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
@@ -179,7 +215,7 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 	if a <= 0 {
 		b, a = 0, (s.wy+perSample*prior)/(s.w+perSample)
 	}
-	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue}
+	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks}
 	out.reuse = f.hits / (f.stores + 1) // (+1: no division by zero before the first store)
 	return out
 }
@@ -188,9 +224,10 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 // current decode load.
 func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 	s := &rt.stats
-	a := (s.wy - e.slope*s.wx + e.pseudo*e.intercept) / (s.w + e.pseudo)
+	k := rankDecay(e.seq, rt.seq, e.ranks)
+	a := (k*(s.wy-e.slope*s.wx) + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
 	if a <= 0 {
-		a = (s.wy + e.pseudo*e.intercept) / (s.w + e.pseudo)
+		a = (k*s.wy + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
 	}
 	return a + e.slope*decode
 }

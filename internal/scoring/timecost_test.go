@@ -132,7 +132,7 @@ func describeLearned(r *Router) string {
 	for _, rk := range r.models["m"] {
 		rt := &rk.timing
 		fmt.Fprintf(&b, "%s: %.4g tokens/s, pending %d (%d tokens), samples %.3g\n",
-			rk.key.ID, 1/e.secondsPerToken(rt, 0), rt.pending, rk.prefillTokens, rt.stats.n)
+			rk.key.ID, 1/e.secondsPerToken(rt, 0), rt.pending, rk.prefillTokens, rt.stats.n*rankDecay(e.seq, rt.seq, e.ranks))
 	}
 	return b.String()
 }
@@ -156,7 +156,7 @@ func TestTimeStatsSlope(t *testing.T) {
 		var s timeStats
 		for i := 0; i < 64; i++ {
 			x := float64((i * 37) % 50) // decode blocks 0..49
-			s.add(rankKeep, 1000, tc.busy(i, x), x)
+			s.add(1, 1000, tc.busy(i, x), x)
 		}
 		got := s.slope()
 		if math.Abs(got-tc.want) > 1e-3*max(tc.want, 1e-9) {
@@ -164,8 +164,8 @@ func TestTimeStatsSlope(t *testing.T) {
 		}
 	}
 	var few timeStats
-	few.add(rankKeep, 1000, 1, 0)
-	few.add(rankKeep, 1000, 2, 10)
+	few.add(1, 1000, 1, 0)
+	few.add(1, 1000, 2, 10)
 	if got := few.slope(); got != 0 {
 		t.Errorf("two samples: slope %g, want 0 until 8", got)
 	}
@@ -219,5 +219,55 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 	}
 	if err := f.r.checkInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A rank that slow timings made look slow gets no traffic, so no timings
+// of its own: its estimate must still drift back to the fleet's as the
+// others' timings come in.
+func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction = PolicyTime, true })
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)
+	f.store("a", 0, pa, 15, kv.TierDevice)
+	f.store("b", 0, pb, 15, kv.TierDevice)
+	rate := func(id string) float64 {
+		for _, l := range f.r.Loads() {
+			if l.WorkerID == id {
+				return l.PrefillTokensPerSecond
+			}
+		}
+		t.Fatalf("no load for %s", id)
+		return 0
+	}
+	serve := func(id string, p []uint32, d time.Duration) {
+		t.Helper()
+		dec, err := f.r.Route(&Prompt{Model: "m", Tokens: p}, "req", 0, 0)
+		if err != nil || dec.WorkerID != id {
+			t.Fatalf("route -> %+v, %v; want %s", dec, err, id)
+		}
+		f.clock.advance(d)
+		if err := f.r.MarkPrefillDone("req"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.r.MarkFinished("req"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		serve("a", pa, time.Second) // 16 tokens in a second (clipped to 4x the estimate each time)
+	}
+	for range 10 {
+		serve("b", pb, 8*time.Millisecond) // 2,000 tokens/s
+	}
+	if ra, rb := rate("a"), rate("b"); ra > 0.7*rb {
+		t.Fatalf("after the outlier a is at %.0f tokens/s, b %.0f; want a well below", ra, rb)
+	}
+	for range 400 {
+		serve("b", pb, 8*time.Millisecond) // 2,000 tokens/s
+	}
+	if ra, rb := rate("a"), rate("b"); ra < 0.8*rb || rb < 1800 || rb > 2200 {
+		t.Fatalf("after 400 timings of b: a %.0f tokens/s, b %.0f; want b near 2,000 and a back near b", ra, rb)
 	}
 }
