@@ -68,6 +68,10 @@ func (c *seedCache) seed(loraName []byte, ns blockNS) uint64 {
 // It is not chained: a block's position comes from its path in the index.
 // It does not allocate.
 func BlockHash(seed uint64, tokens []uint32, mm []uint64) uint64 {
+	if littleEndian && len(mm) == 0 && len(tokens) > 0 && len(tokens)%8 == 0 {
+		// Whole stripes (a 16-token block is two): XXH64 without the Digest.
+		return xxh64Stripes(seed, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens)))
+	}
 	var d xxhash.Digest
 	d.ResetWithSeed(seed)
 	if littleEndian {

@@ -154,6 +154,13 @@ func (r *Router) checkOverlay() error {
 			}
 		}
 	}
+	var present [1 << presentBits]uint32
+	for key := range o.keys {
+		present[keyBucket(key)]++
+	}
+	if present != *o.present {
+		return fmt.Errorf("the overlay's key counts by bucket disagree with its %d keys", len(o.keys))
+	}
 	return nil
 }
 

@@ -27,7 +27,16 @@ type overlay struct {
 	keys  map[uint64][]holder
 	slots []*slotState
 	free  []int32
+	// present counts the keys by their low bits (keyBucket): a key whose
+	// bucket counts 0 is not in keys, which extend learns without a map
+	// lookup. A Route asks for every block of its prompt, mostly absent
+	// ones; the counts are exact, so the answer is the map's.
+	present *[1 << presentBits]uint32
 }
+
+const presentBits = 16
+
+func keyBucket(key uint64) uint32 { return uint32(key) & (1<<presentBits - 1) }
 
 type holder struct {
 	slot int32
@@ -54,7 +63,7 @@ type fifoEntry struct {
 }
 
 func newOverlay() *overlay {
-	return &overlay{keys: make(map[uint64][]holder)}
+	return &overlay{keys: make(map[uint64][]holder), present: new([1 << presentBits]uint32)}
 }
 
 // addRank allocates a slot for one rank's predictions and sets rk.slot.
@@ -121,6 +130,7 @@ func (o *overlay) dropHolder(key uint64, slot int32, expires int64) bool {
 		hs = hs[:len(hs)-1]
 		if len(hs) == 0 {
 			delete(o.keys, key)
+			o.present[keyBucket(key)]--
 		} else {
 			o.keys[key] = hs
 		}
@@ -206,6 +216,9 @@ func (o *overlay) predictChunk(rk *rank, chain []uint64, now time.Time) bool {
 			}
 		}
 		if !found {
+			if len(hs) == 0 {
+				o.present[keyBucket(key)]++
+			}
 			o.keys[key] = append(hs, holder{slot: slot, expires: exp})
 		}
 		st.push(fifoEntry{key: key, expires: exp})
@@ -238,7 +251,10 @@ func (o *overlay) extend(chain []uint64, ranks []*rank, radixM, depth []uint32, 
 		deepest = max(deepest, d)
 	}
 	for i, key := range chain {
-		hs := o.keys[key]
+		var hs []holder
+		if o.present[keyBucket(key)] != 0 {
+			hs = o.keys[key]
+		}
 		if len(hs) == 0 {
 			if uint32(i) >= deepest {
 				return

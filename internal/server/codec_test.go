@@ -78,6 +78,20 @@ func checkDecode(t *testing.T, b []byte) (routeFast, scoreFast bool) {
 	if !routeFast && !proto.Equal(&fr, &kvrouterv1.RouteRequest{}) {
 		t.Fatalf("RouteRequest %x: declined but wrote %v", b, &fr)
 	}
+	// Into a message an earlier request was decoded into (a stream's or a
+	// pool's): with token_ids memory too short and long enough, and unknown
+	// fields of its own.
+	for _, room := range []int{3, 1 << 12} {
+		old := &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "old", TokenIds: make([]uint32, 3, room),
+			BlockHashes: []uint64{1}, LoraName: "l", CacheSalt: "c"}, RequestId: "old", MaxCandidates: 9}
+		old.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+		if decodeRouteRequest(b, old) != routeFast {
+			t.Fatalf("RouteRequest %x: fast path %v on a new message, not on a reused one", b, routeFast)
+		}
+		if routeFast && !proto.Equal(old, &pr) {
+			t.Fatalf("RouteRequest %x into a reused message: fast path %v, protobuf %v", b, old, &pr)
+		}
+	}
 	var fs, ps kvrouterv1.ScoreRequest
 	scoreFast = decodeScoreRequest(b, &fs)
 	err = proto.Unmarshal(b, &ps)
@@ -104,7 +118,7 @@ func TestRequestDecode(t *testing.T) {
 	}
 	// Token ids decoded word by word, at every alignment and length.
 	r := rand.New(rand.NewPCG(3, 4))
-	for n := range 40 {
+	for n := range 300 {
 		toks := make([]uint32, n)
 		for i := range toks {
 			toks[i] = uint32(r.Uint64() >> (64 - 1 - r.IntN(32)))
@@ -113,13 +127,16 @@ func TestRequestDecode(t *testing.T) {
 		for _, v := range toks {
 			b = protowire.AppendVarint(b, uint64(v))
 		}
-		got, ok := decodePackedUint32(b)
-		if !ok || len(got) != len(toks) || cap(got) != len(toks) {
-			t.Fatalf("%d tokens: ok %v, %d decoded (cap %d)", n, ok, len(got), cap(got))
-		}
-		for i := range toks {
-			if got[i] != toks[i] {
-				t.Fatalf("%d tokens: token %d = %d, want %d", n, i, got[i], toks[i])
+		// Into new memory, and into reused memory too short and long enough.
+		for _, room := range []int{0, n / 2, 2 * n} {
+			got, ok := decodePackedUint32(b, make([]uint32, room))
+			if !ok || len(got) != len(toks) || (room < n && cap(got) != len(toks)) {
+				t.Fatalf("%d tokens into %d: ok %v, %d decoded (cap %d)", n, room, ok, len(got), cap(got))
+			}
+			for i := range toks {
+				if got[i] != toks[i] {
+					t.Fatalf("%d tokens into %d: token %d = %d, want %d", n, room, i, got[i], toks[i])
+				}
 			}
 		}
 	}

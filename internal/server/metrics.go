@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
@@ -19,6 +20,10 @@ type metrics struct {
 	hitRatio  prometheus.Histogram
 	workers   prometheus.Gauge
 	active    *activeCollector
+
+	// The Route methods' latency series, looked up once: a label lookup
+	// hashes the method name on every call.
+	routeLatency, streamLatency prometheus.Observer
 }
 
 // newMetrics registers the RPC metrics with reg (nil: registers nothing).
@@ -57,6 +62,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 				"kvrouter_prefill_tokens_per_second", "The time policy's estimate of a worker/rank's prefill throughput, learned from MarkPrefillDone timings (the prior, --prefill-tokens-per-second, until it has some).",
 				[]string{"worker", "dp_rank"}, nil)},
 	}
+	m.routeLatency = m.latency.WithLabelValues(routeMethod)
+	m.streamLatency = m.latency.WithLabelValues(routeStreamMethod)
 	for _, reason := range []string{scoring.LimitPromptTokens, scoring.LimitMMItems, scoring.LimitRequestIDBytes,
 		scoring.LimitActiveRequests, scoring.LimitWorkers, scoring.LimitDPSize} {
 		m.rejected.WithLabelValues(reason) // reported at 0 from the start
@@ -71,8 +78,20 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	return m, nil
 }
 
+const (
+	routeMethod       = kvrouterv1.Router_Route_FullMethodName
+	routeStreamMethod = kvrouterv1.Router_RouteStream_FullMethodName
+)
+
 func (m *metrics) observe(method string, d time.Duration, code codes.Code) {
-	m.latency.WithLabelValues(method).Observe(d.Seconds())
+	switch method {
+	case routeMethod:
+		m.routeLatency.Observe(d.Seconds())
+	case routeStreamMethod:
+		m.streamLatency.Observe(d.Seconds())
+	default:
+		m.latency.WithLabelValues(method).Observe(d.Seconds())
+	}
 	if code != codes.OK {
 		m.errors.WithLabelValues(method, code.String()).Inc()
 	}

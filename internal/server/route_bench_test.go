@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -192,9 +194,30 @@ type nullImpl struct{}
 
 func (nullImpl) null() {}
 
+const nullStreamMethod = "/kvrouterbench.Null/RouteStream"
+
 var nullDesc = grpc.ServiceDesc{
 	ServiceName: "kvrouterbench.Null",
 	HandlerType: (*nullServer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName: "RouteStream", ServerStreams: true, ClientStreams: true,
+		// As Server.RouteStream: one request reused, an answer per item.
+		Handler: func(_ any, ss grpc.ServerStream) error {
+			var in kvrouterv1.RouteRequest
+			for {
+				keepRequest(&in)
+				if err := ss.RecvMsg(&in); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				if err := ss.SendMsg(&kvrouterv1.RouteStreamResponse{Response: &kvrouterv1.RouteResponse{}}); err != nil {
+					return err
+				}
+			}
+		},
+	}},
 	Methods: []grpc.MethodDesc{{
 		MethodName: "Route",
 		Handler: func(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
@@ -280,7 +303,10 @@ func measure(b *testing.B, op func(i int)) int {
 //     requests pre-marshalled;
 //   - baseline/*: the transport alone, over the same connection: the
 //     null service decodes the same request bytes with the same codec and
-//     answers an empty RouteResponse.
+//     answers an empty RouteResponse;
+//   - stream/*: RouteStream, one item per op (sent, then its answer read)
+//     on one stream; baseline-stream/* the null service's stream, which
+//     decodes each item and answers an empty RouteStreamResponse.
 //
 // tokens sends token_ids; hashes sends client-computed block_hashes.
 // Fleet size: KVROUTER_BENCH_BLOCKS blocks per rank.
@@ -362,5 +388,27 @@ func BenchmarkRoute(b *testing.B) {
 				}
 			})
 		})
+		for _, st := range []struct{ name, method string }{
+			{"stream/", kvrouterv1.Router_RouteStream_FullMethodName},
+			{"baseline-stream/", nullStreamMethod},
+		} {
+			b.Run(st.name+k.name, func(b *testing.B) {
+				cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, st.method)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cs.CloseSend()
+				resp := new(kvrouterv1.RouteStreamResponse)
+				measure(b, func(i int) {
+					if err := cs.SendMsg(&k.bufs[i%n]); err != nil {
+						b.Fatal(err)
+					}
+					resp.Reset()
+					if err := cs.RecvMsg(resp); err != nil || resp.Code != 0 {
+						b.Fatal(err, resp.Message)
+					}
+				})
+			})
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -79,6 +80,12 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	// requests pools decoded RouteRequests for the unary Route handler
+	// (routeHandler): each keeps its Prompt and token_ids memory, which the
+	// codec decodes the next request into, so an 8,192-token Route
+	// allocates no 32 KiB token slice.
+	requests sync.Pool
+
 	mu      sync.Mutex // serializes registry changes
 	workers map[string]registration
 }
@@ -141,16 +148,20 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 
 // RegisterServices registers the Router and Registry services on g.
 func (s *Server) RegisterServices(g *grpc.Server) {
-	kvrouterv1.RegisterRouterServer(g, s)
+	g.RegisterService(routerServiceDesc(), s)
 	kvrouterv1.RegisterRegistryServer(g, s)
 }
 
 // GRPCOptions returns the options a grpc.Server needs to serve s: its
-// interceptor and its codec (proto, with a faster decoder for prompts).
+// interceptor and its codec (proto, with a faster decoder for prompts), and
+// stream workers: a pool of GOMAXPROCS goroutines that handle incoming calls
+// (grpc-go starts a goroutine per call otherwise, whose stack a Route then
+// grows by copying; calls past a busy pool still get one of their own).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.UnaryInterceptor()),
 		grpc.ForceServerCodecV2(newCodec()),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 }
 
@@ -164,12 +175,15 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if s.ready.Load() || !strings.HasPrefix(info.FullMethod, "/kvrouter.v1.") {
 			resp, err = handler(ctx, req)
 		} else {
-			err = status.Error(codes.Unavailable, "the router is restoring its index; try again shortly")
+			err = status.Error(codes.Unavailable, notReadyMessage)
 		}
 		s.metrics.observe(info.FullMethod, time.Since(start), status.Code(err))
 		return resp, err
 	}
 }
+
+// notReadyMessage answers the kvrouter.v1 calls until Start.
+const notReadyMessage = "the router is restoring its index; try again shortly"
 
 // grpcError maps a scoring error to a gRPC status with its message.
 func grpcError(err error) error {
@@ -202,10 +216,19 @@ func (s *Server) fail(err error) error {
 }
 
 func prompt(p *kvrouterv1.Prompt) (*scoring.Prompt, error) {
-	if p == nil {
-		return nil, status.Error(codes.InvalidArgument, "prompt is missing")
+	sp := new(scoring.Prompt)
+	if err := promptTo(sp, p); err != nil {
+		return nil, err
 	}
-	sp := &scoring.Prompt{
+	return sp, nil
+}
+
+// promptTo converts p into sp.
+func promptTo(sp *scoring.Prompt, p *kvrouterv1.Prompt) error {
+	if p == nil {
+		return status.Error(codes.InvalidArgument, "prompt is missing")
+	}
+	*sp = scoring.Prompt{
 		Model:       p.GetModel(),
 		Tokens:      p.GetTokenIds(),
 		BlockHashes: p.GetBlockHashes(),
@@ -215,7 +238,7 @@ func prompt(p *kvrouterv1.Prompt) (*scoring.Prompt, error) {
 	for _, it := range p.GetMmItems() {
 		sp.MM = append(sp.MM, scoring.MMItem{Hash: it.GetHash(), Offset: it.GetOffset(), Length: it.GetLength()})
 	}
-	return sp, nil
+	return nil
 }
 
 // Score reports every worker/rank's prefix overlap with the prompt.
@@ -245,37 +268,6 @@ func (s *Server) Score(_ context.Context, req *kvrouterv1.ScoreRequest) (*kvrout
 			PredictedBlocks: ws.Predicted,
 			CachedBlocks:    ws.Cached,
 		}
-	}
-	return out, nil
-}
-
-// Route chooses the worker for the prompt.
-func (s *Server) Route(_ context.Context, req *kvrouterv1.RouteRequest) (*kvrouterv1.RouteResponse, error) {
-	p, err := prompt(req.GetPrompt())
-	if err != nil {
-		return nil, err
-	}
-	d, err := s.router.Route(p, req.GetRequestId(), req.GetTemperature(), int(req.GetMaxCandidates()))
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	s.metrics.decision(d)
-	out := &kvrouterv1.RouteResponse{
-		WorkerId:      d.WorkerID,
-		DpRank:        d.DPRank,
-		Endpoint:      d.Endpoint,
-		MatchedBlocks: d.Matched,
-		PromptBlocks:  d.PromptBlocks,
-		Cost:          d.Cost,
-		Candidates:    make([]*kvrouterv1.Candidate, len(d.Candidates)),
-	}
-	cands := make([]kvrouterv1.Candidate, len(d.Candidates)) // one allocation for all
-	for i, c := range d.Candidates {
-		cands[i] = kvrouterv1.Candidate{
-			WorkerId: c.WorkerID, DpRank: c.DPRank, MatchedBlocks: c.Matched,
-			PrefillBlocks: c.PrefillBlocks, DecodeBlocks: c.DecodeBlocks, Cost: c.Cost,
-		}
-		out.Candidates[i] = &cands[i]
 	}
 	return out, nil
 }

@@ -15,13 +15,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/stats"
+	"github.com/kvrouter/kvrouter/internal/normalize"
 )
 
 // docPool describes the synthetic prompts of the load test: Docs documents
@@ -153,6 +156,10 @@ func runLoad(ctx context.Context, args []string) error {
 		fillWait   = fs.Duration("fill-timeout", 5*time.Minute, "how long to wait for the router to index the fill")
 		format     = fs.String("format", "vllm-map", "event wire format")
 		routerLog  = fs.String("router-log", "", "file for the started router's log (empty: discard)")
+		stream     = fs.Bool("stream", false, "send Routes on RouteStream (one stream per client) instead of unary Route calls")
+		form       = fs.String("prompt-form", "tokens", "what a Route sends: tokens (token_ids) or hashes (block_hashes the client computed)")
+		idle       = fs.Duration("idle", 5*time.Second, "before the load, how long to measure the started router's CPU with no Routes (the fill done, the churn's events going on): Route's CPU is also given net of it (0: not measured)")
+		null       = fs.Bool("null", false, "the transport baseline: send the same requests for a model no worker serves, which the router decodes and refuses (NotFound) before any routing work")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -160,6 +167,9 @@ func runLoad(ctx context.Context, args []string) error {
 	ef, err := engine.ParseFormat(*format)
 	if err != nil {
 		return err
+	}
+	if *form != "tokens" && *form != "hashes" {
+		return fmt.Errorf("prompt-form %q: want tokens or hashes", *form)
 	}
 	pool := docPool{Docs: *docs, Groups: *groups, DocBlocks: 512, SharedBlocks: 64, BlockSize: 16}
 	if *promptTok <= 0 || *promptTok%16 != 0 || *promptTok > pool.DocBlocks*16 {
@@ -318,9 +328,17 @@ func runLoad(ctx context.Context, args []string) error {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range reqs {
 		toks := pool.tokens(rng.IntN(pool.Docs), nil)[:*promptTok]
-		b, err := proto.Marshal(&kvrouterv1.RouteRequest{
-			Prompt: &kvrouterv1.Prompt{Model: *model, TokenIds: toks}, MaxCandidates: uint32(*maxCand),
-		})
+		m := *model
+		if *null {
+			m = nullModel(m)
+		}
+		p := &kvrouterv1.Prompt{Model: m, TokenIds: toks}
+		if *form == "hashes" {
+			// The router block hash a gateway computes (README); the router's
+			// own implementation is the reference.
+			p = &kvrouterv1.Prompt{Model: m, BlockHashes: normalize.HashPrompt(normalize.Seed("", ""), toks, pool.BlockSize, nil, nil)}
+		}
+		b, err := proto.Marshal(&kvrouterv1.RouteRequest{Prompt: p, MaxCandidates: uint32(*maxCand)})
 		if err != nil {
 			return err
 		}
@@ -334,15 +352,26 @@ func runLoad(ctx context.Context, args []string) error {
 		}
 		defer cs[i].Close()
 	}
+	idleCores, err := routerIdle(ctx, router, *idle)
+	if err != nil {
+		return err
+	}
 	applied0, _ := replay.EventsApplied(ctx, reg, *model)
-	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, router)
+	res, err := generate(ctx, cs, reqs, *rate, *warmup, *duration, *clients, *stream, *null, router)
 	if err != nil {
 		return err
 	}
 	applied1, _ := replay.EventsApplied(ctx, reg, *model)
 	lat, svc := stats.Summarize(res.latency), stats.Summarize(res.service)
-	fmt.Printf("Route load: %d-token prompts, %d clients over %d connections, target %.0f/s for %v (after %v warm-up)\n",
-		*promptTok, *clients, *conns, *rate, *duration, *warmup)
+	call := "unary Route"
+	if *stream {
+		call = "RouteStream, a stream per client"
+	}
+	if *null {
+		call += ", for an unserved model (the transport baseline: NotFound counts as done)"
+	}
+	fmt.Printf("Route load: %d-token prompts sent as %s (%d bytes), %s, %d clients over %d connections, target %.0f/s for %v (after %v warm-up)\n",
+		*promptTok, *form, len(reqs[0]), call, *clients, *conns, *rate, *duration, *warmup)
 	fmt.Printf("  sent %d, errors %d, achieved %.0f/s; matched blocks per prompt: mean %.0f\n",
 		res.done, res.errors, res.achieved, res.meanMatched)
 	fmt.Printf("  latency from schedule: p50 %v  p99 %v  p999 %v  max %v\n", lat.P50, lat.P99, lat.P999, lat.Max)
@@ -354,11 +383,81 @@ func runLoad(ctx context.Context, args []string) error {
 		per := res.routerCPU / time.Duration(res.done)
 		fmt.Printf("  router CPU: %.2f cores, %v per Route (gRPC, Route and the events applied meanwhile): one core serves %.0f/s; kvbench itself %.2f cores\n",
 			res.routerCPU.Seconds()/res.measured.Seconds(), per, float64(time.Second)/float64(per), res.selfCPU.Seconds()/res.measured.Seconds())
+		if idleCores > 0 {
+			// The same window's CPU less what the router spent without Routes.
+			net := (res.routerCPU - time.Duration(idleCores*float64(res.measured))) / time.Duration(res.done)
+			fmt.Printf("  router CPU without Routes (events, subscriptions), measured for %v before: %.3f cores; net of it, %v per Route: one core serves %.0f/s\n",
+				*idle, idleCores, net, float64(time.Second)/float64(max(net, 1)))
+		}
 	}
 	if res.firstErr != "" {
 		fmt.Printf("  first error: %s\n", res.firstErr)
 	}
 	return nil
+}
+
+// routerIdle measures the started router's CPU, in cores, over d with no
+// Routes sent (0 when there is no started router or d is 0).
+func routerIdle(ctx context.Context, router *replay.Router, d time.Duration) (float64, error) {
+	if router == nil || d <= 0 {
+		return 0, nil
+	}
+	c0, err := router.CPUTime()
+	if err != nil {
+		return 0, nil // (not measured off Linux)
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	c1, err := router.CPUTime()
+	if err != nil {
+		return 0, err
+	}
+	return (c1 - c0).Seconds() / time.Since(t0).Seconds(), nil
+}
+
+// nullModel is the model --null sends: one no worker serves.
+func nullModel(model string) string { return model + "-null" }
+
+// routeCaller returns a function that sends one pre-marshaled RouteRequest
+// on conn and returns the answer's matched blocks: a unary Route call, or
+// with stream an item on a RouteStream of its own (closed by the returned
+// close function).
+func routeCaller(ctx context.Context, conn *grpc.ClientConn, stream bool) (func(*[]byte) (uint32, error), func(), error) {
+	if !stream {
+		resp := new(kvrouterv1.RouteResponse)
+		return func(req *[]byte) (uint32, error) {
+			resp.Reset()
+			err := conn.Invoke(ctx, kvrouterv1.Router_Route_FullMethodName, req, resp)
+			return resp.MatchedBlocks, err
+		}, func() {}, nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := conn.NewStream(sctx, &kvrouterv1.Router_ServiceDesc.Streams[0], kvrouterv1.Router_RouteStream_FullMethodName)
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("open RouteStream: %w", err)
+	}
+	resp := new(kvrouterv1.RouteStreamResponse)
+	return func(req *[]byte) (uint32, error) {
+			if err := st.SendMsg(req); err != nil {
+				return 0, err
+			}
+			resp.Reset()
+			if err := st.RecvMsg(resp); err != nil {
+				return 0, err
+			}
+			if resp.Code != 0 {
+				return 0, status.Error(codes.Code(resp.Code), resp.Message)
+			}
+			return resp.Response.GetMatchedBlocks(), nil
+		}, func() {
+			_ = st.CloseSend()
+			cancel()
+		}, nil
 }
 
 // selfCPU returns the CPU time this process has used.
@@ -384,7 +483,10 @@ type loadResult struct {
 // generate sends Route requests open-loop: request i is due at start +
 // i/rate; latency counts from the due time, so a stalled server cannot hide
 // its queue (no coordinated omission).
-func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int, router *replay.Router) (*loadResult, error) {
+// With stream, each client sends its requests on a RouteStream of its own,
+// one at a time (the next after the answer), instead of as unary calls. With
+// null, the requests are for an unserved model and NotFound is their answer.
+func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate float64, warmup, duration time.Duration, clients int, stream, null bool, router *replay.Router) (*loadResult, error) {
 	if rate <= 0 || clients <= 0 {
 		return nil, errors.New("load: rate and clients must be positive")
 	}
@@ -415,11 +517,20 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
-			conn := cs[c%len(cs)]
+			call, closeCall, err := routeCaller(ctx, cs[c%len(cs)], stream)
+			if err != nil {
+				mu.Lock()
+				res.errors++
+				if res.firstErr == "" {
+					res.firstErr = err.Error()
+				}
+				mu.Unlock()
+				return
+			}
+			defer closeCall()
 			var lat, svc []time.Duration
 			var m, errs, n int64
 			var firstErr string
-			resp := new(kvrouterv1.RouteResponse)
 			for {
 				i := next.Add(1) - 1
 				if i >= total || ctx.Err() != nil {
@@ -430,9 +541,11 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 					time.Sleep(d)
 				}
 				sent := time.Now()
-				resp.Reset()
-				err := conn.Invoke(ctx, "/kvrouter.v1.Router/Route", &reqs[i%int64(len(reqs))], resp)
+				matched, err := call(&reqs[i%int64(len(reqs))])
 				end := time.Now()
+				if null && status.Code(err) == codes.NotFound {
+					err = nil
+				}
 				if i < warmN {
 					continue
 				}
@@ -446,7 +559,7 @@ func generate(ctx context.Context, cs []*grpc.ClientConn, reqs [][]byte, rate fl
 				}
 				lat = append(lat, end.Sub(due))
 				svc = append(svc, end.Sub(sent))
-				m += int64(resp.MatchedBlocks)
+				m += int64(matched)
 			}
 			mu.Lock()
 			res.latency = append(res.latency, lat...)

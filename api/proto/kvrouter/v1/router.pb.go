@@ -567,6 +567,71 @@ func (x *RouteResponse) GetCandidates() []*Candidate {
 	return nil
 }
 
+// RouteStreamResponse answers one RouteRequest of a RouteStream.
+type RouteStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is Route's answer when code is 0 (OK).
+	Response *RouteResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// code is the gRPC status code Route would have answered with (google.rpc.Code: 0 OK,
+	// 3 INVALID_ARGUMENT, 5 NOT_FOUND, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ...).
+	Code uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	// message is that status's message when code is not 0.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteStreamResponse) Reset() {
+	*x = RouteStreamResponse{}
+	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteStreamResponse) ProtoMessage() {}
+
+func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteStreamResponse.ProtoReflect.Descriptor instead.
+func (*RouteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RouteStreamResponse) GetResponse() *RouteResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *RouteStreamResponse) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RouteStreamResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type Candidate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -583,7 +648,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +660,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +673,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Candidate) GetWorkerId() string {
@@ -662,7 +727,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +739,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +752,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -705,7 +770,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +782,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +795,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 type Worker struct {
@@ -759,7 +824,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +836,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +849,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Worker) GetWorkerId() string {
@@ -852,7 +917,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +929,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +942,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *Worker {
@@ -895,7 +960,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +972,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +985,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 type UnregisterWorkerRequest struct {
@@ -932,7 +997,7 @@ type UnregisterWorkerRequest struct {
 
 func (x *UnregisterWorkerRequest) Reset() {
 	*x = UnregisterWorkerRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1009,7 @@ func (x *UnregisterWorkerRequest) String() string {
 func (*UnregisterWorkerRequest) ProtoMessage() {}
 
 func (x *UnregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1022,7 @@ func (x *UnregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UnregisterWorkerRequest) GetWorkerId() string {
@@ -975,7 +1040,7 @@ type UnregisterWorkerResponse struct {
 
 func (x *UnregisterWorkerResponse) Reset() {
 	*x = UnregisterWorkerResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1052,7 @@ func (x *UnregisterWorkerResponse) String() string {
 func (*UnregisterWorkerResponse) ProtoMessage() {}
 
 func (x *UnregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1065,7 @@ func (x *UnregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 type ListWorkersRequest struct {
@@ -1020,7 +1085,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1097,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1110,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListWorkersRequest) GetModel() string {
@@ -1082,7 +1147,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1159,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1172,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerStatus {
@@ -1154,7 +1219,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1231,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1244,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerStatus) GetWorker() *Worker {
@@ -1332,7 +1397,11 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\x04cost\x18\x06 \x01(\x01R\x04cost\x126\n" +
 	"\n" +
 	"candidates\x18\a \x03(\v2\x16.kvrouter.v1.CandidateR\n" +
-	"candidates\"\xc8\x01\n" +
+	"candidates\"{\n" +
+	"\x13RouteStreamResponse\x126\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1a.kvrouter.v1.RouteResponseR\bresponse\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xc8\x01\n" +
 	"\tCandidate\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12%\n" +
@@ -1386,10 +1455,11 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"reconnects\x12#\n" +
 	"\rdecode_errors\x18\f \x01(\x04R\fdecodeErrors\x12\x18\n" +
 	"\arestore\x18\r \x01(\tR\arestore\x12\x16\n" +
-	"\x06source\x18\x0e \x01(\tR\x06source2\x81\x02\n" +
+	"\x06source\x18\x0e \x01(\tR\x06source2\xd1\x02\n" +
 	"\x06Router\x12>\n" +
 	"\x05Score\x12\x19.kvrouter.v1.ScoreRequest\x1a\x1a.kvrouter.v1.ScoreResponse\x12>\n" +
-	"\x05Route\x12\x19.kvrouter.v1.RouteRequest\x1a\x1a.kvrouter.v1.RouteResponse\x12<\n" +
+	"\x05Route\x12\x19.kvrouter.v1.RouteRequest\x1a\x1a.kvrouter.v1.RouteResponse\x12N\n" +
+	"\vRouteStream\x12\x19.kvrouter.v1.RouteRequest\x1a .kvrouter.v1.RouteStreamResponse(\x010\x01\x12<\n" +
 	"\x0fMarkPrefillDone\x12\x17.kvrouter.v1.RequestRef\x1a\x10.kvrouter.v1.Ack\x129\n" +
 	"\fMarkFinished\x12\x17.kvrouter.v1.RequestRef\x1a\x10.kvrouter.v1.Ack2\x98\x02\n" +
 	"\bRegistry\x12Y\n" +
@@ -1409,7 +1479,7 @@ func file_kvrouter_v1_router_proto_rawDescGZIP() []byte {
 	return file_kvrouter_v1_router_proto_rawDescData
 }
 
-var file_kvrouter_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_kvrouter_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_kvrouter_v1_router_proto_goTypes = []any{
 	(*MultimodalItem)(nil),           // 0: kvrouter.v1.MultimodalItem
 	(*Prompt)(nil),                   // 1: kvrouter.v1.Prompt
@@ -1418,46 +1488,50 @@ var file_kvrouter_v1_router_proto_goTypes = []any{
 	(*WorkerScore)(nil),              // 4: kvrouter.v1.WorkerScore
 	(*RouteRequest)(nil),             // 5: kvrouter.v1.RouteRequest
 	(*RouteResponse)(nil),            // 6: kvrouter.v1.RouteResponse
-	(*Candidate)(nil),                // 7: kvrouter.v1.Candidate
-	(*RequestRef)(nil),               // 8: kvrouter.v1.RequestRef
-	(*Ack)(nil),                      // 9: kvrouter.v1.Ack
-	(*Worker)(nil),                   // 10: kvrouter.v1.Worker
-	(*RegisterWorkerRequest)(nil),    // 11: kvrouter.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 12: kvrouter.v1.RegisterWorkerResponse
-	(*UnregisterWorkerRequest)(nil),  // 13: kvrouter.v1.UnregisterWorkerRequest
-	(*UnregisterWorkerResponse)(nil), // 14: kvrouter.v1.UnregisterWorkerResponse
-	(*ListWorkersRequest)(nil),       // 15: kvrouter.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 16: kvrouter.v1.ListWorkersResponse
-	(*WorkerStatus)(nil),             // 17: kvrouter.v1.WorkerStatus
+	(*RouteStreamResponse)(nil),      // 7: kvrouter.v1.RouteStreamResponse
+	(*Candidate)(nil),                // 8: kvrouter.v1.Candidate
+	(*RequestRef)(nil),               // 9: kvrouter.v1.RequestRef
+	(*Ack)(nil),                      // 10: kvrouter.v1.Ack
+	(*Worker)(nil),                   // 11: kvrouter.v1.Worker
+	(*RegisterWorkerRequest)(nil),    // 12: kvrouter.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),   // 13: kvrouter.v1.RegisterWorkerResponse
+	(*UnregisterWorkerRequest)(nil),  // 14: kvrouter.v1.UnregisterWorkerRequest
+	(*UnregisterWorkerResponse)(nil), // 15: kvrouter.v1.UnregisterWorkerResponse
+	(*ListWorkersRequest)(nil),       // 16: kvrouter.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 17: kvrouter.v1.ListWorkersResponse
+	(*WorkerStatus)(nil),             // 18: kvrouter.v1.WorkerStatus
 }
 var file_kvrouter_v1_router_proto_depIdxs = []int32{
 	0,  // 0: kvrouter.v1.Prompt.mm_items:type_name -> kvrouter.v1.MultimodalItem
 	1,  // 1: kvrouter.v1.ScoreRequest.prompt:type_name -> kvrouter.v1.Prompt
 	4,  // 2: kvrouter.v1.ScoreResponse.scores:type_name -> kvrouter.v1.WorkerScore
 	1,  // 3: kvrouter.v1.RouteRequest.prompt:type_name -> kvrouter.v1.Prompt
-	7,  // 4: kvrouter.v1.RouteResponse.candidates:type_name -> kvrouter.v1.Candidate
-	10, // 5: kvrouter.v1.RegisterWorkerRequest.worker:type_name -> kvrouter.v1.Worker
-	17, // 6: kvrouter.v1.ListWorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
-	10, // 7: kvrouter.v1.WorkerStatus.worker:type_name -> kvrouter.v1.Worker
-	2,  // 8: kvrouter.v1.Router.Score:input_type -> kvrouter.v1.ScoreRequest
-	5,  // 9: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
-	8,  // 10: kvrouter.v1.Router.MarkPrefillDone:input_type -> kvrouter.v1.RequestRef
-	8,  // 11: kvrouter.v1.Router.MarkFinished:input_type -> kvrouter.v1.RequestRef
-	11, // 12: kvrouter.v1.Registry.RegisterWorker:input_type -> kvrouter.v1.RegisterWorkerRequest
-	13, // 13: kvrouter.v1.Registry.UnregisterWorker:input_type -> kvrouter.v1.UnregisterWorkerRequest
-	15, // 14: kvrouter.v1.Registry.ListWorkers:input_type -> kvrouter.v1.ListWorkersRequest
-	3,  // 15: kvrouter.v1.Router.Score:output_type -> kvrouter.v1.ScoreResponse
-	6,  // 16: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
-	9,  // 17: kvrouter.v1.Router.MarkPrefillDone:output_type -> kvrouter.v1.Ack
-	9,  // 18: kvrouter.v1.Router.MarkFinished:output_type -> kvrouter.v1.Ack
-	12, // 19: kvrouter.v1.Registry.RegisterWorker:output_type -> kvrouter.v1.RegisterWorkerResponse
-	14, // 20: kvrouter.v1.Registry.UnregisterWorker:output_type -> kvrouter.v1.UnregisterWorkerResponse
-	16, // 21: kvrouter.v1.Registry.ListWorkers:output_type -> kvrouter.v1.ListWorkersResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 4: kvrouter.v1.RouteResponse.candidates:type_name -> kvrouter.v1.Candidate
+	6,  // 5: kvrouter.v1.RouteStreamResponse.response:type_name -> kvrouter.v1.RouteResponse
+	11, // 6: kvrouter.v1.RegisterWorkerRequest.worker:type_name -> kvrouter.v1.Worker
+	18, // 7: kvrouter.v1.ListWorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
+	11, // 8: kvrouter.v1.WorkerStatus.worker:type_name -> kvrouter.v1.Worker
+	2,  // 9: kvrouter.v1.Router.Score:input_type -> kvrouter.v1.ScoreRequest
+	5,  // 10: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
+	5,  // 11: kvrouter.v1.Router.RouteStream:input_type -> kvrouter.v1.RouteRequest
+	9,  // 12: kvrouter.v1.Router.MarkPrefillDone:input_type -> kvrouter.v1.RequestRef
+	9,  // 13: kvrouter.v1.Router.MarkFinished:input_type -> kvrouter.v1.RequestRef
+	12, // 14: kvrouter.v1.Registry.RegisterWorker:input_type -> kvrouter.v1.RegisterWorkerRequest
+	14, // 15: kvrouter.v1.Registry.UnregisterWorker:input_type -> kvrouter.v1.UnregisterWorkerRequest
+	16, // 16: kvrouter.v1.Registry.ListWorkers:input_type -> kvrouter.v1.ListWorkersRequest
+	3,  // 17: kvrouter.v1.Router.Score:output_type -> kvrouter.v1.ScoreResponse
+	6,  // 18: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
+	7,  // 19: kvrouter.v1.Router.RouteStream:output_type -> kvrouter.v1.RouteStreamResponse
+	10, // 20: kvrouter.v1.Router.MarkPrefillDone:output_type -> kvrouter.v1.Ack
+	10, // 21: kvrouter.v1.Router.MarkFinished:output_type -> kvrouter.v1.Ack
+	13, // 22: kvrouter.v1.Registry.RegisterWorker:output_type -> kvrouter.v1.RegisterWorkerResponse
+	15, // 23: kvrouter.v1.Registry.UnregisterWorker:output_type -> kvrouter.v1.UnregisterWorkerResponse
+	17, // 24: kvrouter.v1.Registry.ListWorkers:output_type -> kvrouter.v1.ListWorkersResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_v1_router_proto_init() }
@@ -1472,7 +1546,7 @@ func file_kvrouter_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_v1_router_proto_rawDesc), len(file_kvrouter_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Router_Score_FullMethodName           = "/kvrouter.v1.Router/Score"
 	Router_Route_FullMethodName           = "/kvrouter.v1.Router/Route"
+	Router_RouteStream_FullMethodName     = "/kvrouter.v1.Router/RouteStream"
 	Router_MarkPrefillDone_FullMethodName = "/kvrouter.v1.Router/MarkPrefillDone"
 	Router_MarkFinished_FullMethodName    = "/kvrouter.v1.Router/MarkFinished"
 )
@@ -39,6 +40,12 @@ type RouterClient interface {
 	// Route picks the worker for a prompt and returns every candidate's cost terms. With
 	// request_id set, the request counts as active load on the chosen worker until MarkFinished.
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
+	// RouteStream is Route for a gateway that keeps one stream open: each RouteRequest sent on
+	// the stream is answered by one RouteStreamResponse, in the order sent, with what Route would
+	// answer: its RouteResponse, or its error's status code and message. A failed item does not
+	// end the stream; the stream ends when the client closes its side, or with a status of its
+	// own when the stream itself fails (an undecodable message, cancellation).
+	RouteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RouteRequest, RouteStreamResponse], error)
 	// MarkPrefillDone moves a routed request's load from prefill to decode.
 	MarkPrefillDone(ctx context.Context, in *RequestRef, opts ...grpc.CallOption) (*Ack, error)
 	// MarkFinished ends a routed request's load.
@@ -73,6 +80,19 @@ func (c *routerClient) Route(ctx context.Context, in *RouteRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *routerClient) RouteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RouteRequest, RouteStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Router_ServiceDesc.Streams[0], Router_RouteStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RouteRequest, RouteStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Router_RouteStreamClient = grpc.BidiStreamingClient[RouteRequest, RouteStreamResponse]
+
 func (c *routerClient) MarkPrefillDone(ctx context.Context, in *RequestRef, opts ...grpc.CallOption) (*Ack, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Ack)
@@ -104,6 +124,12 @@ type RouterServer interface {
 	// Route picks the worker for a prompt and returns every candidate's cost terms. With
 	// request_id set, the request counts as active load on the chosen worker until MarkFinished.
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
+	// RouteStream is Route for a gateway that keeps one stream open: each RouteRequest sent on
+	// the stream is answered by one RouteStreamResponse, in the order sent, with what Route would
+	// answer: its RouteResponse, or its error's status code and message. A failed item does not
+	// end the stream; the stream ends when the client closes its side, or with a status of its
+	// own when the stream itself fails (an undecodable message, cancellation).
+	RouteStream(grpc.BidiStreamingServer[RouteRequest, RouteStreamResponse]) error
 	// MarkPrefillDone moves a routed request's load from prefill to decode.
 	MarkPrefillDone(context.Context, *RequestRef) (*Ack, error)
 	// MarkFinished ends a routed request's load.
@@ -123,6 +149,9 @@ func (UnimplementedRouterServer) Score(context.Context, *ScoreRequest) (*ScoreRe
 }
 func (UnimplementedRouterServer) Route(context.Context, *RouteRequest) (*RouteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Route not implemented")
+}
+func (UnimplementedRouterServer) RouteStream(grpc.BidiStreamingServer[RouteRequest, RouteStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method RouteStream not implemented")
 }
 func (UnimplementedRouterServer) MarkPrefillDone(context.Context, *RequestRef) (*Ack, error) {
 	return nil, status.Error(codes.Unimplemented, "method MarkPrefillDone not implemented")
@@ -187,6 +216,13 @@ func _Router_Route_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Router_RouteStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RouterServer).RouteStream(&grpc.GenericServerStream[RouteRequest, RouteStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Router_RouteStreamServer = grpc.BidiStreamingServer[RouteRequest, RouteStreamResponse]
+
 func _Router_MarkPrefillDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RequestRef)
 	if err := dec(in); err != nil {
@@ -247,7 +283,14 @@ var Router_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Router_MarkFinished_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "RouteStream",
+			Handler:       _Router_RouteStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "kvrouter/v1/router.proto",
 }
 
