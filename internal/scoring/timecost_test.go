@@ -200,19 +200,24 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Predictions: the prompt's blocks count as cached on both now, a new
-	// prompt is uncached on both; at a high temperature both are chosen.
-	seen := map[string]bool{}
-	for i := 0; i < 64; i++ {
-		d, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(5000, 8*bs)}, "", 10, 0)
-		if err != nil {
-			t.Fatal(err)
+	// Temperature: a holds half of a new prompt, so it is cheaper; at
+	// temperature 0 it always wins, at a high temperature b is chosen too.
+	p := tokens(5000, 8*bs)
+	f.store("a", 0, p, 4, kv.TierDevice)
+	for _, temp := range []float64{0, 10} {
+		seen := map[string]bool{}
+		for i := 0; i < 64; i++ {
+			d, err := f.r.Route(&Prompt{Model: "m", Tokens: p}, "", temp, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[d.WorkerID] = true
 		}
-		seen[d.WorkerID] = true
+		if want := temp > 0; seen["b"] != want || !seen["a"] {
+			t.Fatalf("temperature %v chose %v; want a, and b only above 0", temp, seen)
+		}
 	}
-	if !seen["a"] || !seen["b"] {
-		t.Fatalf("temperature 10 chose only %v", seen)
-	}
+	// Predictions: r1's and r2's prompt is predicted cached on both.
 	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
 	if err != nil || d.Matched != 8 || d.Cost != 0 {
 		t.Fatalf("predicted prompt -> %+v, %v; want all 8 blocks matched at cost 0", d, err)
