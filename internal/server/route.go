@@ -14,14 +14,20 @@ import (
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
-// maxKeptTokens bounds the token_ids memory a pooled or a stream's request
-// keeps between requests (256 KiB); a longer prompt's is dropped after use.
+// maxKeptTokens bounds the token_ids (and block_hashes) memory a pooled or a
+// stream's request keeps between requests (256 KiB; 512 KiB of hashes); a
+// longer prompt's is dropped after use.
 const maxKeptTokens = 1 << 16
 
 // keepRequest drops what req should not keep for the next request.
 func keepRequest(req *kvrouterv1.RouteRequest) {
-	if p := req.Prompt; p != nil && cap(p.TokenIds) > maxKeptTokens {
-		p.TokenIds = nil
+	if p := req.Prompt; p != nil {
+		if cap(p.TokenIds) > maxKeptTokens {
+			p.TokenIds = nil
+		}
+		if cap(p.BlockHashes) > maxKeptTokens {
+			p.BlockHashes = nil
+		}
 	}
 }
 
