@@ -35,12 +35,13 @@ func ParsePolicy(s string) (Policy, error) {
 //
 //	spt     = a_rank + b x decode blocks          seconds per prefill token
 //	wait    = active prefill tokens x spt - time the oldest has run
+//	          (at least the others' average share: waitSeconds)
 //	own     = (prompt blocks - overlap credit) x block size x spt
 //	cost    = wait + own x (1 + queue + occupancy x reuse)
 //
 // wait + own is the request's expected TTFT on the rank. The rest is what
-// the choice costs later requests: queue (the mean number of prefills in a
-// rank's queue, as Routes see it) is how many requests a second of added
+// the choice costs later requests: queue (the mean number of prefills queued
+// or running on a rank, as Routes see it) is how many requests a second of added
 // prefill delays, by Little's law for a work-conserving queue; occupancy x
 // reuse prices the blocks the prompt stores: once a rank's cache is full
 // (occupancy = its index size over the largest seen on the model's ranks)
