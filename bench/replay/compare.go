@@ -124,8 +124,11 @@ type PolicyResult struct {
 	CachedBlocks uint64  `json:"cached_blocks"`
 	HitRate      float64 `json:"hit_rate"`
 	// HitRateOfCeiling is HitRate / the pooled ceiling.
-	HitRateOfCeiling float64       `json:"hit_rate_of_ceiling"`
-	Imbalance        float64       `json:"load_imbalance"`
+	HitRateOfCeiling float64 `json:"hit_rate_of_ceiling"`
+	Imbalance        float64 `json:"load_imbalance"`
+	// PrefillImbalance is max / mean uncached prompt blocks per engine: the
+	// balance of prefill work, where Imbalance counts cached tokens too.
+	PrefillImbalance float64       `json:"prefill_imbalance"`
 	PromptTokens     []uint64      `json:"prompt_tokens_per_engine"`
 	TTFT             stats.Summary `json:"ttft"`
 	Route            stats.Summary `json:"route_latency"`
@@ -297,6 +300,12 @@ func runPolicy(ctx context.Context, cfg CompareConfig, policy string) (*PolicyRe
 		loads[i] = float64(v)
 	}
 	res.Imbalance = stats.Imbalance(loads)
+	work := make([]float64, len(fleet.Engines))
+	for i, e := range fleet.Engines {
+		s := e.Stats()
+		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
+	}
+	res.PrefillImbalance = stats.Imbalance(work)
 	if router != nil {
 		// Let the router drain what was published, then read its counters.
 		deadline := time.Now().Add(10 * time.Second)

@@ -11,7 +11,8 @@ import (
 
 // WriteMarkdown writes the sweep as one markdown table: a row per cell; per
 // policy its hit rate of the pooled ceiling, its TTFT p50 and p99 over the
-// baseline's (x, lower is better) and its load imbalance; the baseline's own
+// baseline's (x, lower is better) and its load imbalance (max / mean per
+// engine of prompt tokens, and of uncached prompt blocks); the baseline's own
 // TTFT in seconds for scale.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
@@ -21,9 +22,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	sep := "|---|---|---|---|"
 	for _, p := range r.Policies {
 		if p.Name == r.Baseline {
-			fmt.Fprintf(&b, " %s of ceiling | %s TTFT p50 / p99 s | %s imbalance |", p.Name, p.Name, p.Name)
+			fmt.Fprintf(&b, " %s of ceiling | %s TTFT p50 / p99 s | %s imbalance prompt / prefill |", p.Name, p.Name, p.Name)
 		} else {
-			fmt.Fprintf(&b, " %s of ceiling | %s TTFT p50 / p99 vs %s | %s imbalance |", p.Name, p.Name, r.Baseline, p.Name)
+			fmt.Fprintf(&b, " %s of ceiling | %s TTFT p50 / p99 vs %s | %s imbalance prompt / prefill |", p.Name, p.Name, r.Baseline, p.Name)
 		}
 		sep += "---|---|---|"
 	}
@@ -38,9 +39,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				continue
 			}
 			if p.Name == r.Baseline {
-				fmt.Fprintf(&b, " %s | %.1f / %.1f | %.2f |", pct(res.HitRateOfCeiling), res.TTFT.P50.Seconds(), res.TTFT.P99.Seconds(), res.Imbalance)
+				fmt.Fprintf(&b, " %s | %.1f / %.1f | %.2f / %.2f |", pct(res.HitRateOfCeiling), res.TTFT.P50.Seconds(), res.TTFT.P99.Seconds(), res.Imbalance, res.PrefillImbalance)
 			} else {
-				fmt.Fprintf(&b, " %s | %.2fx / %.2fx | %.2f |", pct(res.HitRateOfCeiling), res.TTFTP50Ratio, res.TTFTP99Ratio, res.Imbalance)
+				fmt.Fprintf(&b, " %s | %.2fx / %.2fx | %.2f / %.2f |", pct(res.HitRateOfCeiling), res.TTFTP50Ratio, res.TTFTP99Ratio, res.Imbalance, res.PrefillImbalance)
 			}
 		}
 		b.WriteString("\n")

@@ -52,12 +52,12 @@ type Policy struct {
 // Baseline is the policy every ratio is taken against.
 const Baseline = replay.PolicyRoundRobin
 
-// Policies is the default policy list, in run order. Adding the old cost,
-// once the router has --policy, is one line:
-//
-//	{Name: "kvrouter-old", Run: replay.PolicyKV, RouterArgs: []string{"--policy=old"}, Timed: true},
+// Policies is the default policy list, in run order (so within each cell the
+// router's two costs alternate with round-robin): kvrouter with its default
+// cost in time, with the cost in blocks, and round-robin.
 var Policies = []Policy{
-	{Name: "kvrouter", Run: replay.PolicyKV, Timed: true},
+	{Name: "kvrouter", Run: replay.PolicyKV, RouterArgs: []string{"--policy=time"}, Timed: true},
+	{Name: "kvrouter-blocks", Run: replay.PolicyKV, RouterArgs: []string{"--policy=blocks"}, Timed: true},
 	{Name: Baseline, Run: replay.PolicyRoundRobin},
 }
 
@@ -190,6 +190,16 @@ func (c *Cell) Name() string {
 	return fmt.Sprintf("%s/%d/%.0f%%", c.Trace, c.Capacity, 100*c.Load)
 }
 
+// summary is one line of c's figures per policy: hit rate of the ceiling,
+// TTFT p50 / p99 over the baseline's, imbalance.
+func (c *Cell) summary() string {
+	var b strings.Builder
+	for _, r := range c.Results {
+		fmt.Fprintf(&b, " %s %s %.2fx/%.2fx %.2f/%.2f;", r.Policy, pct(r.HitRateOfCeiling), r.TTFTP50Ratio, r.TTFTP99Ratio, r.Imbalance, r.PrefillImbalance)
+	}
+	return b.String()
+}
+
 // Result returns the named policy's result in c.
 func (c *Cell) Result(policy string) (Result, bool) {
 	for _, r := range c.Results {
@@ -283,6 +293,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				err := runCell(ctx, cfg, &cell, reqs)
 				cell.WallSeconds = time.Since(t0).Seconds()
 				rep.Cells = append(rep.Cells, cell)
+				if cfg.Progress != nil && err == nil {
+					fmt.Fprintf(cfg.Progress, "sweep: done %s:%s\n", cell.Name(), cell.summary())
+				}
 				if err != nil {
 					return rep, fmt.Errorf("cell %s: %w", cell.Name(), err)
 				}

@@ -47,6 +47,8 @@ type Config struct {
 	MaxActiveRequests int `yaml:"max_active_requests"`
 	MaxWorkers        int `yaml:"max_workers"`
 
+	Policy                 string        `yaml:"policy"`
+	PrefillTokensPerSecond float64       `yaml:"prefill_tokens_per_second"`
 	PrefillWeight          float64       `yaml:"prefill_weight"`
 	TierWeights            TierWeights   `yaml:"tier_weights"`
 	MaxActivePrefillTokens int64         `yaml:"max_active_prefill_tokens"`
@@ -164,33 +166,35 @@ type WorkerConfig struct {
 func defaultConfig() Config {
 	sd := scoring.DefaultConfig()
 	return Config{
-		GRPCAddr:            ":50051",
-		HTTPAddr:            "127.0.0.1:9090",
-		BlockSize:           sd.BlockSize,
-		LogFormat:           "text",
-		LogLevel:            "info",
-		MaxPromptTokens:     sd.MaxPromptTokens,
-		DrainTimeout:        10 * time.Second,
-		MaxMMItems:          sd.MaxMMItems,
-		MaxRequestIDBytes:   sd.MaxRequestIDBytes,
-		MaxActiveRequests:   sd.MaxActiveRequests,
-		MaxWorkers:          sd.MaxWorkers,
-		PrefillWeight:       sd.PrefillWeight,
-		TierWeights:         tierWeightsOf(*sd.TierWeights),
-		RequestTTL:          sd.RequestTTL,
-		Predict:             !sd.DisablePrediction,
-		PredictionTTL:       sd.PredictionTTL,
-		PredictionCapacity:  sd.PredictionCapacity,
-		PredictionMaxBlocks: sd.PredictionMaxBlocks,
-		ApproxCapacity:      sd.ApproxCapacity,
-		IngestQueue:         0,
-		IndexShards:         radix.DefaultShards,
-		IndexSegmentBlocks:  radix.DefaultSegmentBlocks,
-		StateDir:            defaultStateDir(),
-		SnapshotInterval:    30 * time.Second,
-		SnapshotCPU:         persist.DefaultSnapshotCPU,
-		NATS:                NATSConfig{Prefix: cluster.DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1, ShareLoad: true},
-		ReplicaID:           defaultReplicaID(),
+		GRPCAddr:               ":50051",
+		HTTPAddr:               "127.0.0.1:9090",
+		BlockSize:              sd.BlockSize,
+		LogFormat:              "text",
+		LogLevel:               "info",
+		MaxPromptTokens:        sd.MaxPromptTokens,
+		DrainTimeout:           10 * time.Second,
+		MaxMMItems:             sd.MaxMMItems,
+		MaxRequestIDBytes:      sd.MaxRequestIDBytes,
+		MaxActiveRequests:      sd.MaxActiveRequests,
+		MaxWorkers:             sd.MaxWorkers,
+		Policy:                 string(sd.Policy),
+		PrefillTokensPerSecond: sd.PrefillTokensPerSecond,
+		PrefillWeight:          sd.PrefillWeight,
+		TierWeights:            tierWeightsOf(*sd.TierWeights),
+		RequestTTL:             sd.RequestTTL,
+		Predict:                !sd.DisablePrediction,
+		PredictionTTL:          sd.PredictionTTL,
+		PredictionCapacity:     sd.PredictionCapacity,
+		PredictionMaxBlocks:    sd.PredictionMaxBlocks,
+		ApproxCapacity:         sd.ApproxCapacity,
+		IngestQueue:            0,
+		IndexShards:            radix.DefaultShards,
+		IndexSegmentBlocks:     radix.DefaultSegmentBlocks,
+		StateDir:               defaultStateDir(),
+		SnapshotInterval:       30 * time.Second,
+		SnapshotCPU:            persist.DefaultSnapshotCPU,
+		NATS:                   NATSConfig{Prefix: cluster.DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1, ShareLoad: true},
+		ReplicaID:              defaultReplicaID(),
 	}
 }
 
@@ -229,7 +233,9 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.MaxRequestIDBytes, "max-request-id-bytes", c.MaxRequestIDBytes, "longest request_id accepted, in bytes")
 	fs.IntVar(&c.MaxActiveRequests, "max-active-requests", c.MaxActiveRequests, "most routed requests (with a request_id) active at once; Route past it is refused")
 	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "most registered workers")
-	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "weight of prefill blocks in the cost")
+	fs.StringVar(&c.Policy, "policy", c.Policy, "cost function: time (expected time to first token plus the prefill the choice costs later requests, learned online) or blocks (prefill-weight x prefill blocks + decode blocks)")
+	fs.Float64Var(&c.PrefillTokensPerSecond, "prefill-tokens-per-second", c.PrefillTokensPerSecond, "policy time: prior prefill throughput of a rank, until MarkPrefillDone timings replace it")
+	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "policy blocks: weight of prefill blocks in the cost")
 	fs.Var(&c.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
 	fs.Int64Var(&c.MaxActivePrefillTokens, "max-active-prefill-tokens", c.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
 	fs.Int64Var(&c.MaxActiveDecodeBlocks, "max-active-decode-blocks", c.MaxActiveDecodeBlocks, "exclude a worker at this many active decode blocks (0: off)")
@@ -330,6 +336,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: tls_client_ca %q needs tls_cert and tls_key (client certificates are checked in the TLS handshake)", c.TLSClientCA)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format %q: want text or json", c.LogFormat)
+	case c.Policy != string(scoring.PolicyTime) && c.Policy != string(scoring.PolicyBlocks):
+		return fmt.Errorf("config: policy %q: want %s or %s", c.Policy, scoring.PolicyTime, scoring.PolicyBlocks)
+	case !(c.PrefillTokensPerSecond > 0) || math.IsInf(c.PrefillTokensPerSecond, 0):
+		return fmt.Errorf("config: prefill_tokens_per_second %v must be a finite number > 0", c.PrefillTokensPerSecond)
 	case !(c.PrefillWeight > 0) || math.IsInf(c.PrefillWeight, 0):
 		// 0 is refused rather than passed on: scoring would read it as unset
 		// and put its default in its place.
@@ -388,6 +398,8 @@ func (c *Config) scoringConfig(index *radix.Index) scoring.Config {
 		Index:                  index,
 		BlockSize:              c.BlockSize,
 		MaxPromptTokens:        c.MaxPromptTokens,
+		Policy:                 scoring.Policy(c.Policy),
+		PrefillTokensPerSecond: c.PrefillTokensPerSecond,
 		PrefillWeight:          c.PrefillWeight,
 		TierWeights:            &weights,
 		MaxActivePrefillTokens: c.MaxActivePrefillTokens,

@@ -23,6 +23,8 @@ func TestConfigRejectsSilentlyDefaultedValues(t *testing.T) {
 		key  string
 	}{
 		{[]string{"--prefill-weight", "0"}, "prefill_weight"},
+		{[]string{"--policy", "fastest"}, "policy"},
+		{[]string{"--prefill-tokens-per-second", "0"}, "prefill_tokens_per_second"},
 		{[]string{"--request-ttl", "-1s"}, "request_ttl"},
 		{[]string{"--request-ttl", "0s"}, "request_ttl"},
 		{[]string{"--prediction-ttl", "0s"}, "prediction_ttl"},
@@ -115,6 +117,8 @@ func TestFlagDefaults(t *testing.T) {
 		"prediction-capacity":       "8192",
 		"prediction-max-blocks":     "64",
 		"prediction-ttl":            "2m0s",
+		"policy":                    "time",
+		"prefill-tokens-per-second": "10000",
 		"prefill-weight":            "2",
 		"registry-tokens-file":      "",
 		"request-ttl":               "5m0s",

@@ -131,8 +131,11 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		s.cands[k], s.terms[k], s.costs[k] = j, t, t.cost
 		k++
 	}
-	r.load.mu.Unlock()
 	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
+	if r.cfg.Policy == PolicyTime {
+		r.costTime(ranks, s, r.cfg.now())
+	}
+	r.load.mu.Unlock()
 	return k > 0
 }
 
@@ -165,7 +168,8 @@ type costTerms struct {
 //	prefill = prompt blocks - overlap credit + active prefill blocks
 //	cost    = PrefillWeight * prefill + active decode blocks
 //
-// It is the one place the cost's formula is written. The caller holds
+// It is the one place PolicyBlocks' formula is written; under PolicyTime,
+// costTime then replaces the costs with seconds. The caller holds
 // r.load.mu (rk's load).
 func (r *Router) cost(promptBlocks, credit float64, rk *rank) costTerms {
 	prefill := promptBlocks - credit + float64(rk.prefillBlocks)

@@ -20,7 +20,14 @@ type Config struct {
 	// MaxPromptTokens bounds a prompt; block_hashes prompts are bounded by
 	// MaxPromptTokens/BlockSize blocks.
 	MaxPromptTokens int
-	// PrefillWeight multiplies prefill blocks in the cost. DefaultConfig's
+	// Policy is the cost function (policy.go); zero means PolicyTime.
+	Policy Policy
+	// PrefillTokensPerSecond is PolicyTime's prior for a rank's prefill
+	// throughput, until MarkPrefillDone timings replace it (it weighs as
+	// one timing). The default, 10,000, is the order of one current GPU
+	// prefilling a 7-8B model; a wrong prior costs only the first Routes.
+	PrefillTokensPerSecond float64
+	// PrefillWeight multiplies prefill blocks in PolicyBlocks' cost. DefaultConfig's
 	// weight is above 1 because on the Mooncake trace in bench/ 2.0 beat 1.0
 	// on hit rate and TTFT at every cache size measured, with the same
 	// balance (docs/benchmarks.md has the sweep).
@@ -83,21 +90,23 @@ var defaultTierWeights = [kv.NumTiers]float64{1.0, 0.75, 0.25, 0.0}
 func DefaultConfig() Config {
 	w := defaultTierWeights // a copy: callers may write through the pointer
 	return Config{
-		BlockSize:           16,
-		MaxPromptTokens:     262144,
-		PrefillWeight:       2.0,
-		TierWeights:         &w,
-		RequestTTL:          5 * time.Minute,
-		PredictionTTL:       2 * time.Minute,
-		PredictionCapacity:  8192,
-		PredictionMaxBlocks: 64, // 1,024 tokens at block size 16
-		ApproxCapacity:      16384,
-		MaxMMItems:          1024,
-		MaxRequestIDBytes:   256,
-		MaxActiveRequests:   100_000,
-		MaxWorkers:          10_000,
-		approxTTL:           time.Hour,
-		now:                 time.Now,
+		BlockSize:              16,
+		MaxPromptTokens:        262144,
+		Policy:                 PolicyTime,
+		PrefillTokensPerSecond: 10000,
+		PrefillWeight:          2.0,
+		TierWeights:            &w,
+		RequestTTL:             5 * time.Minute,
+		PredictionTTL:          2 * time.Minute,
+		PredictionCapacity:     8192,
+		PredictionMaxBlocks:    64, // 1,024 tokens at block size 16
+		ApproxCapacity:         16384,
+		MaxMMItems:             1024,
+		MaxRequestIDBytes:      256,
+		MaxActiveRequests:      100_000,
+		MaxWorkers:             10_000,
+		approxTTL:              time.Hour,
+		now:                    time.Now,
 	}
 }
 
@@ -112,6 +121,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPromptTokens <= 0 {
 		c.MaxPromptTokens = d.MaxPromptTokens
+	}
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if _, err := ParsePolicy(string(c.Policy)); err != nil {
+		return Config{}, err
+	}
+	if c.PrefillTokensPerSecond == 0 {
+		c.PrefillTokensPerSecond = d.PrefillTokensPerSecond
+	}
+	if !(c.PrefillTokensPerSecond > 0) || math.IsInf(c.PrefillTokensPerSecond, 0) {
+		return Config{}, fmt.Errorf("scoring: prefill tokens per second %v must be a finite number > 0", c.PrefillTokensPerSecond)
 	}
 	if c.PrefillWeight == 0 {
 		c.PrefillWeight = d.PrefillWeight

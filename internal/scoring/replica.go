@@ -133,7 +133,7 @@ func (r *Router) markShared(kind ChangeKind, id string) error {
 	case kind == ChangeFinished:
 		t.release(q)
 	default:
-		q.markPrefillDone()
+		t.markPrefillDone(q, now, true)
 	}
 	t.mu.Unlock()
 	r.cfg.OnChange(LoadChange{Kind: kind, RequestID: id})
@@ -168,7 +168,7 @@ func (r *Router) ApplyRemote(origin string, c *LoadChange) error {
 			if c.Kind == ChangeFinished {
 				r.load.release(q)
 			} else {
-				q.markPrefillDone()
+				r.load.markPrefillDone(q, now, true)
 			}
 		}
 		r.load.mark(c.RequestID, c.Kind == ChangeFinished, now)
@@ -204,7 +204,7 @@ func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expir
 	defer t.mu.Unlock()
 	if q, ok := t.requests[c.RequestID]; ok {
 		if c.PrefillDone { // a state transfer: the prefill-done may have been missed
-			q.markPrefillDone()
+			t.markPrefillDone(q, now, false)
 		}
 		return nil
 	}
@@ -221,14 +221,18 @@ func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expir
 	q := t.requests[c.RequestID]
 	q.origin = origin
 	if c.PrefillDone || (marked && tb.prefillDone) {
-		q.markPrefillDone()
+		t.markPrefillDone(q, now, false)
 	}
 	return nil
 }
 
-// markPrefillDone moves q's load from prefill to decode. The caller holds
-// loadTable.mu.
-func (q *request) markPrefillDone() {
+// markPrefillDone moves q's load from prefill to decode; with learn, the
+// time policy learns from it (a mark made on another replica arrives here
+// one sync lag late, which the learner takes as part of the prefill). A
+// prefill-done carried by a state transfer, or one that overtook its add,
+// says nothing about when the prefill ended: no learning. The caller holds
+// t.mu.
+func (t *loadTable) markPrefillDone(q *request, now time.Time, learn bool) {
 	if q.prefillDone {
 		return
 	}
@@ -236,6 +240,7 @@ func (q *request) markPrefillDone() {
 	q.rank.prefillBlocks -= q.prefillBlocks
 	q.rank.prefillTokens -= q.prefillTokens
 	q.rank.decodeBlocks += q.decodeBlocks
+	t.prefillEnded(q, now, learn)
 }
 
 // LocalLoad returns the state another replica asks for when it has missed

@@ -48,9 +48,13 @@ func deliver(t *testing.T, to *fixture, origin string, q *[]LoadChange) {
 	*q = (*q)[:0]
 }
 
+// loadsOf is r's load by rank. The time policy's learned rate is left out:
+// each replica learns from the marks it sees when it sees them (a mark that
+// overtook its add teaches nothing), so replicas share load, not estimates.
 func loadsOf(r *Router) map[kv.WorkerRank]Load {
 	out := map[kv.WorkerRank]Load{}
 	for _, l := range r.Loads() {
+		l.PrefillTokensPerSecond = 0
 		out[kv.WorkerRank{ID: l.WorkerID, DPRank: l.DPRank}] = l
 	}
 	return out

@@ -51,7 +51,7 @@ func New(cfg Config) (*Router, error) {
 		models:  make(map[string][]*rank),
 		ranks:   make(map[kv.WorkerRank]*rank),
 		overlay: newOverlay(),
-		load:    newLoadTable(cfg.MaxActiveRequests),
+		load:    newLoadTable(cfg.MaxActiveRequests, cfg.RequestTTL, cfg.PrefillTokensPerSecond),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 	r.pool.New = func() any { return new(scratch) }

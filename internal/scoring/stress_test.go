@@ -57,7 +57,7 @@ func TestConcurrentStress(t *testing.T) {
 		}
 	}
 	for _, l := range r.Loads() {
-		if l != (Load{WorkerID: l.WorkerID, DPRank: l.DPRank}) {
+		if l != (Load{WorkerID: l.WorkerID, DPRank: l.DPRank, PrefillTokensPerSecond: l.PrefillTokensPerSecond}) {
 			t.Errorf("load left after every request finished: %+v", l)
 		}
 	}

@@ -57,7 +57,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}),
 		active: &activeCollector{s: s, desc: prometheus.NewDesc(
 			"kvrouter_active_requests", "Routed requests not yet finished, by worker and rank.",
-			[]string{"worker", "dp_rank"}, nil)},
+			[]string{"worker", "dp_rank"}, nil),
+			rate: prometheus.NewDesc(
+				"kvrouter_prefill_tokens_per_second", "The time policy's estimate of a worker/rank's prefill throughput, learned from MarkPrefillDone timings (the prior, --prefill-tokens-per-second, until it has some).",
+				[]string{"worker", "dp_rank"}, nil)},
 	}
 	m.routeLatency = m.latency.WithLabelValues(routeMethod)
 	m.streamLatency = m.latency.WithLabelValues(routeStreamMethod)
@@ -114,16 +117,18 @@ func (m *metrics) forgetWorker(id string) {
 type activeCollector struct {
 	s    *Server
 	desc *prometheus.Desc
+	rate *prometheus.Desc
 }
 
-func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.rate }
 
 func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
 	if !c.s.ready.Load() {
 		return
 	}
 	for _, l := range c.s.router.Loads() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Active),
-			l.WorkerID, strconv.FormatUint(uint64(l.DPRank), 10))
+		rank := strconv.FormatUint(uint64(l.DPRank), 10)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Active), l.WorkerID, rank)
+		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, l.PrefillTokensPerSecond, l.WorkerID, rank)
 	}
 }

@@ -41,7 +41,8 @@ func newEnv(t *testing.T, mods ...func(*scoring.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ing.Close() })
-	scfg := scoring.Config{Index: idx, BlockSize: blockSize, DisablePrediction: true, Seed: 1}
+	// The tests' costs are the blocks policy's (scoring's tests cover the time policy).
+	scfg := scoring.Config{Index: idx, BlockSize: blockSize, DisablePrediction: true, Seed: 1, Policy: scoring.PolicyBlocks}
 	for _, mod := range mods {
 		mod(&scfg)
 	}

@@ -1,0 +1,247 @@
+package scoring
+
+import (
+	"math"
+	"time"
+)
+
+// The time policy's learner. Everything here is guarded by loadTable.mu.
+//
+// A prefill sample is one MarkPrefillDone: the request's uncached tokens, the
+// time the rank spent on it, and the rank's active decode blocks when it was
+// routed. The time spent is the busy interval max(routed, previous
+// MarkPrefillDone on the rank) .. now: for an engine that prefills one
+// request at a time in arrival order it is exactly the request's service
+// time; for one that batches prefills, requests finishing together share one
+// interval, and the ratio of token and time sums below is still the rank's
+// throughput while busy.
+
+// Smoothing windows, in samples. They set how fast the estimates follow a
+// change (a slower GPU, a new model) against how much noise they average
+// away (relative error about 1/sqrt(samples)); they are not fitted to a
+// trace.
+const (
+	// rankHalfLife is a rank's half-life in its fair share of the model's
+	// samples (rankHalfLife x ranks samples of the fleet), so a rank that
+	// gets no samples, e.g. because an outlier made it look slow and the
+	// router avoids it, drifts back to the fleet's estimate instead of
+	// keeping the outlier forever.
+	rankHalfLife  = 32
+	fleetHalfLife = 256 // samples of all the model's ranks, and Routes for the reuse and queue averages
+	// priorSamples is how many samples of the model's fleet a rank's own
+	// estimate is shrunk toward (a new rank starts at the fleet's value).
+	priorSamples = 4
+	// outlierFactor bounds one sample's seconds per token, as a multiple of
+	// the rank's estimate before it.
+	outlierFactor = 4
+)
+
+var fleetKeep = math.Exp2(-1.0 / fleetHalfLife)
+
+// timeStats is a decayed, token-weighted regression of seconds per prefill
+// token (y) on the rank's active decode blocks (x).
+type timeStats struct {
+	n   float64 // samples
+	w   float64 // tokens
+	wx  float64 // tokens x decode blocks
+	wy  float64 // busy seconds
+	wxx float64 // tokens x decode blocks^2
+	wxy float64 // decode blocks x busy seconds
+	wyy float64 // busy seconds^2 / tokens
+}
+
+// scale weighs every sample so far by k.
+func (s *timeStats) scale(k float64) {
+	s.n, s.w, s.wx, s.wy, s.wxx, s.wxy, s.wyy = k*s.n, k*s.w, k*s.wx, k*s.wy, k*s.wxx, k*s.wxy, k*s.wyy
+}
+
+func (s *timeStats) add(keep, tokens, busy, x float64) {
+	s.n = keep*s.n + 1
+	s.w = keep*s.w + tokens
+	s.wx = keep*s.wx + tokens*x
+	s.wy = keep*s.wy + busy
+	s.wxx = keep*s.wxx + tokens*x*x
+	s.wxy = keep*s.wxy + x*busy
+	s.wyy = keep*s.wyy + busy*busy/tokens
+}
+
+// slope is the extra seconds per prefill token per active decode block, or
+// 0 while the data do not show one: fewer than 8 samples, no spread in
+// decode load, or a slope within two standard errors of zero (or below it).
+func (s *timeStats) slope() float64 {
+	if s.n < 8 || s.w <= 0 {
+		return 0
+	}
+	sxx := s.wxx - s.wx*s.wx/s.w
+	if sxx <= 0 {
+		return 0
+	}
+	sxy := s.wxy - s.wx*s.wy/s.w
+	syy := s.wyy - s.wy*s.wy/s.w
+	b := sxy / sxx
+	if b <= 0 {
+		return 0
+	}
+	resid := max(0, syy-b*sxy)
+	if se := math.Sqrt(resid / ((s.n - 2) * sxx)); b < 2*se {
+		return 0
+	}
+	return b
+}
+
+// rankTiming is what the learner keeps per rank.
+type rankTiming struct {
+	stats     timeStats
+	lastDone  time.Time // the rank's last MarkPrefillDone
+	busySince time.Time // when its oldest pending prefill started, while pending > 0
+	pending   int64     // requests routed to it and not yet prefill-done
+	seq       uint64    // the fleet's sample count when stats was last decayed
+}
+
+// fleetTiming is what the learner keeps per model.
+type fleetTiming struct {
+	stats    timeStats
+	hits     float64 // decayed matched blocks of routed prompts
+	stores   float64 // decayed uncached blocks of routed prompts
+	queue    float64 // decayed mean pending prefills per rank, seen by Routes
+	capacity uint64  // largest index size seen on a rank of the model
+	seq      uint64  // samples so far
+	ranks    int     // the model's ranks at the last Route
+}
+
+// rankDecay is the weight left to a rank's samples after the fleet's
+// samples since seq, the rank's last update.
+func rankDecay(fleetSeq, seq uint64, ranks int) float64 {
+	if fleetSeq <= seq {
+		return 1
+	}
+	return math.Exp2(-float64(fleetSeq-seq) / (rankHalfLife * float64(max(ranks, 1))))
+}
+
+// prefillStarted records a routed request on its rank.
+func (t *loadTable) prefillStarted(q *request) {
+	rt := &q.rank.timing
+	if rt.pending == 0 {
+		rt.busySince = q.routed
+	}
+	rt.pending++
+	f := t.fleetOf(q.rank.worker.Model)
+	if f == nil {
+		return
+	}
+	matched := float64(q.decodeBlocks - q.prefillBlocks)
+	f.hits = fleetKeep*f.hits + matched
+	f.stores = fleetKeep*f.stores + float64(q.prefillBlocks)
+}
+
+// prefillEnded learns from q's prefill, done at now (learn false: released
+// without a MarkPrefillDone, so now says nothing).
+func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
+	rt := &q.rank.timing
+	rt.pending--
+	if !learn {
+		return
+	}
+	start := q.routed
+	if rt.lastDone.After(start) {
+		start = rt.lastDone
+	}
+	busy := now.Sub(start).Seconds()
+	rt.lastDone = now
+	if rt.pending > 0 {
+		rt.busySince = now
+	}
+	if busy < 0 || q.prefillTokens <= 0 {
+		return
+	}
+	x := float64(q.decodeAtRoute)
+	f := t.fleetOf(q.rank.worker.Model)
+	// One sample moves the estimate by at most outlierFactor: a stall (a
+	// late mark, a paused gateway) would otherwise dominate the sums for
+	// hundreds of samples, while a rank that really slowed down still gets
+	// there, by that factor per sample.
+	e := ratesOf(f, t.priorSPT)
+	busy = min(busy, outlierFactor*float64(q.prefillTokens)*e.secondsPerToken(rt, x))
+	if f == nil {
+		rt.stats.add(1, float64(q.prefillTokens), busy, x)
+		return
+	}
+	f.seq++
+	f.stats.add(fleetKeep, float64(q.prefillTokens), busy, x)
+	rt.stats.scale(rankDecay(f.seq, rt.seq, f.ranks))
+	rt.seq = f.seq
+	rt.stats.add(1, float64(q.prefillTokens), busy, x)
+}
+
+// fleetOf returns model's fleet state, creating it while the table holds
+// fewer models than it may hold requests. A model's state goes with its
+// last worker (dropWorker).
+func (t *loadTable) fleetOf(model string) *fleetTiming {
+	f, ok := t.fleets[model]
+	if !ok {
+		if len(t.fleets) >= t.max {
+			return nil
+		}
+		f = &fleetTiming{}
+		t.fleets[model] = f
+	}
+	return f
+}
+
+// rates is the learner's estimate for one model at one Route.
+type rates struct {
+	slope     float64 // seconds per token per decode block
+	intercept float64 // the fleet's seconds per token at no decode load
+	pseudo    float64 // the prior's weight in a rank's estimate, in tokens
+	queue     float64 // mean pending prefills per rank
+	reuse     float64 // expected future hits per stored block
+	seq       uint64  // the fleet's samples so far
+	ranks     int
+}
+
+// ratesOf is f's estimate; prior is the configured seconds per token used
+// until timings arrive.
+func ratesOf(f *fleetTiming, prior float64) rates {
+	if f == nil {
+		return rates{intercept: prior, pseudo: 1}
+	}
+	s := &f.stats
+	b := s.slope()
+	perSample := 1.0 // tokens of one sample, the prior's weight
+	if s.n > 0 {
+		perSample = s.w / s.n
+	}
+	a := (s.wy - b*s.wx + perSample*prior) / (s.w + perSample)
+	if a <= 0 {
+		b, a = 0, (s.wy+perSample*prior)/(s.w+perSample)
+	}
+	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks}
+	out.reuse = f.hits / (f.stores + 1) // (+1: no division by zero before the first store)
+	return out
+}
+
+// secondsPerToken is rk's expected prefill time per uncached token at its
+// current decode load.
+func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
+	s := &rt.stats
+	k := rankDecay(e.seq, rt.seq, e.ranks)
+	a := (k*(s.wy-e.slope*s.wx) + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
+	if a <= 0 {
+		a = (k*s.wy + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
+	}
+	return a + e.slope*decode
+}
+
+// waitSeconds is how long a request routed to rk now waits for the prefills
+// ahead of it.
+func waitSeconds(rk *rank, spt float64, now time.Time) float64 {
+	if rk.timing.pending == 0 {
+		return 0
+	}
+	// Less the time the oldest has been running, but no less than the work
+	// of the others (an average share each): a late MarkPrefillDone, or a
+	// rate estimated too high, must not make a queue look empty.
+	all := float64(rk.prefillTokens) * spt
+	others := all * float64(rk.timing.pending-1) / float64(rk.timing.pending)
+	return max(others, all-now.Sub(rk.timing.busySince).Seconds())
+}

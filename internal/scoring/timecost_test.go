@@ -1,0 +1,278 @@
+package scoring
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
+
+// TestTimeCostScripts runs PolicyTime through testdata/timecost/*.txt
+// (regenerate the expectations with -rewrite). Commands:
+//
+//	init [prior=TOKENS/S] [predict]   a fresh router with PolicyTime (prediction off unless predict)
+//	worker id=W                        register worker W (model m, one rank)
+//	store id=W base=B tokens=N blocks=K
+//	                                   W's index holds the first K blocks of the prompt (B, N)
+//	route req=R base=B tokens=N        Route the prompt of N tokens B, B+1, ...; prints the
+//	                                   choice and every candidate's cost in milliseconds
+//	advance d=DURATION                 the clock moves on
+//	done req=R | finish req=R          MarkPrefillDone / MarkFinished
+//	learned                            the learner's state: the fleet's rates, then per rank
+func TestTimeCostScripts(t *testing.T) {
+	scripts, err := filepath.Glob("testdata/timecost/*.txt")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no scripts in testdata/timecost: %v", err)
+	}
+	for _, path := range scripts {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			var f *fixture
+			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+				if d.Cmd != "init" && f == nil {
+					d.Fatalf(t, "%s before init", d.Cmd)
+				}
+				switch d.Cmd {
+				case "init":
+					prior := 10000.0
+					if d.HasArg("prior") {
+						d.ScanArgs(t, "prior", &prior)
+					}
+					predict := d.HasArg("predict")
+					f = newFixture(t, func(c *Config) {
+						c.Policy, c.PrefillTokensPerSecond, c.DisablePrediction = PolicyTime, prior, !predict
+					})
+					return "ok"
+				case "worker":
+					var id string
+					d.ScanArgs(t, "id", &id)
+					f.addWorker(id, "m", 1)
+					return "ok"
+				case "store":
+					var id string
+					var base, n, k int
+					d.ScanArgs(t, "id", &id)
+					d.ScanArgs(t, "base", &base)
+					d.ScanArgs(t, "tokens", &n)
+					d.ScanArgs(t, "blocks", &k)
+					f.store(id, 0, tokens(uint32(base), n), k, kv.TierDevice)
+					return "ok"
+				case "route":
+					var req string
+					var base, n int
+					d.ScanArgs(t, "req", &req)
+					d.ScanArgs(t, "base", &base)
+					d.ScanArgs(t, "tokens", &n)
+					dec, err := f.r.Route(&Prompt{Model: "m", Tokens: tokens(uint32(base), n)}, req, 0, 0)
+					if err != nil {
+						return "error: " + err.Error()
+					}
+					return describeDecision(dec)
+				case "advance":
+					var s string
+					d.ScanArgs(t, "d", &s)
+					dur, err := time.ParseDuration(s)
+					if err != nil {
+						d.Fatalf(t, "%v", err)
+					}
+					f.clock.advance(dur)
+					return "ok"
+				case "done", "finish":
+					var req string
+					d.ScanArgs(t, "req", &req)
+					mark := f.r.MarkPrefillDone
+					if d.Cmd == "finish" {
+						mark = f.r.MarkFinished
+					}
+					if err := mark(req); err != nil {
+						return "error: " + err.Error()
+					}
+					return "ok"
+				case "learned":
+					return describeLearned(f.r)
+				}
+				d.Fatalf(t, "unknown command %s", d.Cmd)
+				return ""
+			})
+		})
+	}
+}
+
+func describeDecision(dec *Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-> %s (matched %d of %d)\n", dec.WorkerID, dec.Matched, dec.PromptBlocks)
+	cands := append([]Candidate(nil), dec.Candidates...)
+	sort.Slice(cands, func(i, j int) bool { return cands[i].WorkerID < cands[j].WorkerID })
+	for _, c := range cands {
+		fmt.Fprintf(&b, "%s: matched %d, cost %.4g ms\n", c.WorkerID, c.Matched, 1000*c.Cost)
+	}
+	return b.String()
+}
+
+func describeLearned(r *Router) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	var b strings.Builder
+	f := r.load.fleets["m"]
+	e := ratesOf(f, 1/r.cfg.PrefillTokensPerSecond)
+	samples := 0.0
+	if f != nil {
+		samples = f.stats.n
+	}
+	fmt.Fprintf(&b, "fleet: %.4g tokens/s, %.3g s/token per decode block, queue %.3g, reuse %.3g, samples %.3g\n",
+		1/e.intercept, e.slope, e.queue, e.reuse, samples)
+	for _, rk := range r.models["m"] {
+		rt := &rk.timing
+		fmt.Fprintf(&b, "%s: %.4g tokens/s, pending %d (%d tokens), samples %.3g\n",
+			rk.key.ID, 1/e.secondsPerToken(rt, 0), rt.pending, rk.prefillTokens, rt.stats.n*rankDecay(e.seq, rt.seq, e.ranks))
+	}
+	return b.String()
+}
+
+// The slope on decode load is found when the timings carry one and is 0
+// when they are noise or point the wrong way.
+func TestTimeStatsSlope(t *testing.T) {
+	const spt, perBlock = 1e-4, 1e-6 // 10,000 tokens/s, 1% slower per 100 decode blocks... per block
+	for _, tc := range []struct {
+		name  string
+		busy  func(i int, x float64) float64
+		want  float64
+		exact bool
+	}{
+		{"linear", func(_ int, x float64) float64 { return 1000 * (spt + perBlock*x) }, perBlock, true},
+		{"flat", func(_ int, x float64) float64 { return 1000 * spt }, 0, true},
+		{"decreasing", func(_ int, x float64) float64 { return 1000 * (spt - perBlock*x/1000) }, 0, true},
+		// Alternating noise of +-20% uncorrelated with x.
+		{"noise", func(i int, x float64) float64 { return 1000 * spt * (1 + 0.2*float64(1-2*(i%2))) }, 0, true},
+	} {
+		var s timeStats
+		for i := 0; i < 64; i++ {
+			x := float64((i * 37) % 50) // decode blocks 0..49
+			s.add(1, 1000, tc.busy(i, x), x)
+		}
+		got := s.slope()
+		if math.Abs(got-tc.want) > 1e-3*max(tc.want, 1e-9) {
+			t.Errorf("%s: slope %g, want %g", tc.name, got, tc.want)
+		}
+	}
+	var few timeStats
+	few.add(1, 1000, 1, 0)
+	few.add(1, 1000, 2, 10)
+	if got := few.slope(); got != 0 {
+		t.Errorf("two samples: slope %g, want 0 until 8", got)
+	}
+}
+
+// Under PolicyTime the busy thresholds still exclude a rank, temperature
+// still samples, and predictions still credit a burst's shared prefix.
+func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Policy, c.MaxActivePrefillTokens = PolicyTime, 8*bs })
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	toks := tokens(1, 8*bs)
+	d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := d.WorkerID
+	// The prediction makes the same prompt free on first (no queue counted
+	// against it: it is all cached), and the first rank is now at its
+	// threshold of 8 blocks of active prefill: the next request goes to the
+	// other one even so.
+	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r2", 0, 0)
+	if err != nil || d.WorkerID == first || len(d.Candidates) != 1 {
+		t.Fatalf("r2 -> %+v, %v; want the other worker, the only candidate under the threshold", d, err)
+	}
+	// Both are at the threshold now.
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("r3: %v; want ErrUnavailable", err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if err := f.r.MarkFinished(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Temperature: a holds half of a new prompt, so it is cheaper; at
+	// temperature 0 it always wins, at a high temperature b is chosen too.
+	p := tokens(5000, 8*bs)
+	f.store("a", 0, p, 4, kv.TierDevice)
+	for _, temp := range []float64{0, 10} {
+		seen := map[string]bool{}
+		for i := 0; i < 64; i++ {
+			d, err := f.r.Route(&Prompt{Model: "m", Tokens: p}, "", temp, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[d.WorkerID] = true
+		}
+		if want := temp > 0; seen["b"] != want || !seen["a"] {
+			t.Fatalf("temperature %v chose %v; want a, and b only above 0", temp, seen)
+		}
+	}
+	// Predictions: r1's and r2's prompt is predicted cached on both.
+	d, err = f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, 0)
+	if err != nil || d.Matched != 8 || d.Cost != 0 {
+		t.Fatalf("predicted prompt -> %+v, %v; want all 8 blocks matched at cost 0", d, err)
+	}
+	if err := f.r.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rank that slow timings made look slow gets no traffic, so no timings
+// of its own: its estimate must still drift back to the fleet's as the
+// others' timings come in.
+func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction = PolicyTime, true })
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)
+	f.store("a", 0, pa, 15, kv.TierDevice)
+	f.store("b", 0, pb, 15, kv.TierDevice)
+	rate := func(id string) float64 {
+		for _, l := range f.r.Loads() {
+			if l.WorkerID == id {
+				return l.PrefillTokensPerSecond
+			}
+		}
+		t.Fatalf("no load for %s", id)
+		return 0
+	}
+	serve := func(id string, p []uint32, d time.Duration) {
+		t.Helper()
+		dec, err := f.r.Route(&Prompt{Model: "m", Tokens: p}, "req", 0, 0)
+		if err != nil || dec.WorkerID != id {
+			t.Fatalf("route -> %+v, %v; want %s", dec, err, id)
+		}
+		f.clock.advance(d)
+		if err := f.r.MarkPrefillDone("req"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.r.MarkFinished("req"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		serve("a", pa, time.Second) // 16 tokens in a second (clipped to 4x the estimate each time)
+	}
+	for range 10 {
+		serve("b", pb, 8*time.Millisecond) // 2,000 tokens/s
+	}
+	if ra, rb := rate("a"), rate("b"); ra > 0.7*rb {
+		t.Fatalf("after the outlier a is at %.0f tokens/s, b %.0f; want a well below", ra, rb)
+	}
+	for range 400 {
+		serve("b", pb, 8*time.Millisecond) // 2,000 tokens/s
+	}
+	if ra, rb := rate("a"), rate("b"); ra < 0.8*rb || rb < 1800 || rb > 2200 {
+		t.Fatalf("after 400 timings of b: a %.0f tokens/s, b %.0f; want b near 2,000 and a back near b", ra, rb)
+	}
+}
