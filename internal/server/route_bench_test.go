@@ -51,6 +51,20 @@ func routeBenchBlocks() int {
 	return 2048
 }
 
+// routeBenchPolicy is the routers' cost policy: KVROUTER_BENCH_POLICY
+// (time or blocks), the default config's when unset.
+func routeBenchPolicy(b *testing.B) scoring.Policy {
+	v := os.Getenv("KVROUTER_BENCH_POLICY")
+	if v == "" {
+		return ""
+	}
+	p, err := scoring.ParsePolicy(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
 func benchMix(x uint64) uint64 {
 	x += 0x9E3779B97F4A7C15
 	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
@@ -78,6 +92,7 @@ type routeBench struct {
 	idx    *radix.Index
 	srv    *Server
 	srvNP  *Server                    // the same, with predictions off
+	rt     *scoring.Router            // srv's router
 	tokReq []*kvrouterv1.RouteRequest // token ids
 	hshReq []*kvrouterv1.RouteRequest // client-sent block hashes
 	hashes [][]uint64                 // the prompts' router block hashes
@@ -96,7 +111,8 @@ func newRouteBench(b *testing.B) *routeBench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ing.Close() })
-	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, Seed: 1})
+	policy := routeBenchPolicy(b)
+	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, Seed: 1, Policy: policy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +120,7 @@ func newRouteBench(b *testing.B) *routeBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rtNP, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, Seed: 1, DisablePrediction: true})
+	rtNP, err := scoring.New(scoring.Config{Index: idx, BlockSize: blockSize, Seed: 1, DisablePrediction: true, Policy: policy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,7 +164,7 @@ func newRouteBench(b *testing.B) *routeBench {
 			}
 		}
 	}
-	rb := &routeBench{idx: idx, srv: srv, srvNP: srvNP}
+	rb := &routeBench{idx: idx, srv: srv, srvNP: srvNP, rt: rt}
 	prng := rand.New(rand.NewPCG(1, 2))
 	for range routeVariants {
 		d := prng.IntN(routeBenchDocs)
@@ -287,6 +303,45 @@ func measure(b *testing.B, op func(i int)) int {
 	return iters
 }
 
+// loadWindow feeds inprocess-load: requests with request ids, each op
+// routing one and ending (MarkPrefillDone, MarkFinished) the one routed
+// loadWindowSize ops before, so the router sees active load and, under the
+// time policy, learns timings and reuse.
+type loadWindow struct {
+	reqs []*kvrouterv1.RouteRequest
+	seq  int
+}
+
+const (
+	loadWindowSize = 64
+	loadWindowIDs  = 1024 // request ids, cycled (> loadWindowSize)
+)
+
+func newLoadWindow(name string, prompts []*kvrouterv1.RouteRequest) *loadWindow {
+	lw := &loadWindow{}
+	for j := range loadWindowIDs {
+		lw.reqs = append(lw.reqs, &kvrouterv1.RouteRequest{Prompt: prompts[j%len(prompts)].Prompt,
+			MaxCandidates: 1, RequestId: fmt.Sprintf("%s-%d", name, j)})
+	}
+	return lw
+}
+
+// next ends the request loadWindowSize ops back and returns the next one.
+func (lw *loadWindow) next(b *testing.B, rt *scoring.Router) *kvrouterv1.RouteRequest {
+	if lw.seq >= loadWindowSize {
+		id := lw.reqs[(lw.seq-loadWindowSize)%loadWindowIDs].RequestId
+		if err := rt.MarkPrefillDone(id); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.MarkFinished(id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := lw.reqs[lw.seq%loadWindowIDs]
+	lw.seq++
+	return q
+}
+
 // BenchmarkRoute splits an 8,192-token Route (max_candidates 1, as kvbench
 // load sends) against 1000 ranks into its parts, all on the same index and
 // requests:
@@ -299,6 +354,8 @@ func measure(b *testing.B, op func(i int)) int {
 //     (everything a Route costs except gRPC and decoding), with the
 //     router's default config; inprocess-nopredict/* the same with
 //     predictions off (the difference is the prediction overlay);
+//     inprocess-load/* the same with request ids, 64 requests active
+//     (each op also ends the request routed 64 ops before);
 //   - grpc/*: Route over a loopback gRPC connection, client in process,
 //     requests pre-marshalled;
 //   - baseline/*: the transport alone, over the same connection: the
@@ -309,7 +366,8 @@ func measure(b *testing.B, op func(i int)) int {
 //     decodes each item and answers an empty RouteStreamResponse.
 //
 // tokens sends token_ids; hashes sends client-computed block_hashes.
-// Fleet size: KVROUTER_BENCH_BLOCKS blocks per rank.
+// Fleet size: KVROUTER_BENCH_BLOCKS blocks per rank; the routers' policy:
+// KVROUTER_BENCH_POLICY.
 func BenchmarkRoute(b *testing.B) {
 	rb := newRouteBench(b)
 	ctx := context.Background()
@@ -347,6 +405,14 @@ func BenchmarkRoute(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(len(k.bufs[0])), "request-bytes")
+		})
+		lw := newLoadWindow(k.name, k.reqs)
+		b.Run("inprocess-load/"+k.name, func(b *testing.B) {
+			measure(b, func(int) {
+				if _, err := rb.srv.Route(ctx, lw.next(b, rb.rt)); err != nil {
+					b.Fatal(err)
+				}
+			})
 		})
 		for _, v := range []struct {
 			name string
