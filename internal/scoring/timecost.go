@@ -107,6 +107,7 @@ type fleetTiming struct {
 	capacity uint64  // largest index size seen on a rank of the model
 	seq      uint64  // samples so far
 	ranks    int     // the model's ranks at the last Route
+	decay    *decayMemo
 }
 
 // rankDecay is the weight left to a rank's samples after the fleet's
@@ -197,10 +198,11 @@ type rates struct {
 	reuse     float64 // expected future hits per stored block
 	seq       uint64  // the fleet's samples so far
 	ranks     int
+	decay     *decayMemo // rankDecay for ranks (nil: computed each time)
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
-// until timings arrive.
+// until timings arrive. The caller holds loadTable.mu (f's decay memo).
 func ratesOf(f *fleetTiming, prior float64) rates {
 	if f == nil {
 		return rates{intercept: prior, pseudo: 1}
@@ -215,7 +217,8 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 	if a <= 0 {
 		b, a = 0, (s.wy+perSample*prior)/(s.w+perSample)
 	}
-	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks}
+	f.decay = f.decay.memoFor(f.ranks)
+	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks, decay: f.decay}
 	out.reuse = f.hits / (f.stores + 1) // (+1: no division by zero before the first store)
 	return out
 }
@@ -224,7 +227,7 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 // current decode load.
 func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 	s := &rt.stats
-	k := rankDecay(e.seq, rt.seq, e.ranks)
+	k := e.decay.decay(e.seq, rt.seq, e.ranks)
 	a := (k*(s.wy-e.slope*s.wx) + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
 	if a <= 0 {
 		a = (k*s.wy + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
