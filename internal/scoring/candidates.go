@@ -32,8 +32,9 @@ func resize[T any](s []T, n int) []T {
 }
 
 // evaluate matches p's hashes (s.hashes, from preparePrompt) against the
-// index and the overlay. It fills s.radixM, s.depth and s.byTier (and, with
-// withCached, s.cached) per rank of the model's rank list, which it returns.
+// index and the overlay. It fills s.radixM, s.depth and s.byTier per rank
+// of the model's rank list, which it returns, and s.cached for every rank
+// with radixM > 0 (with withCached, for every rank).
 // The caller holds r.mu for reading.
 func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, error) {
 	ranks := r.models[p.Model]

@@ -51,6 +51,9 @@ func ParsePolicy(s string) (Policy, error) {
 // toward the fleet's, which starts at Config.PrefillTokensPerSecond), b the
 // fleet's slope on decode load (0 until the data show one).
 //
+// The index size of a rank Match scored is the one it reported (evaluate's
+// s.cached); only the others' are looked up.
+//
 // The caller holds r.mu for reading and r.load.mu.
 func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 	if len(s.cands) == 0 {
@@ -74,7 +77,10 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 		spt := e.secondsPerToken(&rk.timing, s.terms[i].decode)
 		occupancy := 0.0
 		if e.reuse > 0 {
-			cached := r.cfg.Index.Cached(rk.key)
+			cached := s.cached[j] // (Match's report, for a rank it scored)
+			if s.radixM[j] == 0 {
+				cached = r.cfg.Index.Cached(rk.key)
+			}
 			capacity = max(capacity, cached)
 			if capacity > 0 {
 				occupancy = float64(cached) / float64(capacity)

@@ -1,0 +1,177 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
+
+// TestCostsMatchReference routes a random workload (prefixes stored at
+// random depths, requests routed, marked prefill-done and finished out of
+// order, the clock moving, a worker removed and added) and before every
+// Route checks the candidates and costs costCandidates computes, with the
+// scratch memory Routes reuse, against a reference: the cost formulas
+// written plainly (every rank's pending prefills summed, every candidate's
+// index size asked of the index, rankDecay computed), from an evaluation
+// into fresh memory. They must agree bit for bit: the shortcuts the Route
+// path takes must not change a cost, and so no choice.
+func TestCostsMatchReference(t *testing.T) {
+	for _, policy := range []Policy{PolicyTime, PolicyBlocks} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFixture(t, func(c *Config) {
+				c.Policy, c.PrefillWeight = policy, 2
+				c.MaxActivePrefillTokens = 3000 // some ranks busy now and then
+			})
+			rng := rand.New(rand.NewPCG(5, 6))
+			const workers, dp, prefixes = 6, 4, 5
+			for w := range workers {
+				f.addWorker(fmt.Sprintf("w%d", w), "m", dp)
+			}
+			prompt := func(i int) []uint32 { return tokens(uint32(1+i*100000), 64*bs) }
+			for w := range workers {
+				for r := range dp {
+					for range rng.IntN(3) {
+						f.store(fmt.Sprintf("w%d", w), uint32(r), prompt(rng.IntN(prefixes)), 1+rng.IntN(64), kv.TierDevice)
+					}
+				}
+			}
+			reused := new(scratch)
+			var active []string
+			for i := range 400 {
+				p := &Prompt{Model: "m", Tokens: prompt(rng.IntN(prefixes))[:bs*(1+rng.IntN(64))]}
+				checkCosts(t, f.r, p, reused)
+				id := fmt.Sprintf("q%d", i)
+				if _, err := f.r.Route(p, id, 0, 0); err == nil {
+					active = append(active, id)
+				}
+				f.clock.advance(time.Duration(rng.IntN(20)) * time.Millisecond)
+				for len(active) > 0 && rng.IntN(3) > 0 {
+					k := rng.IntN(len(active))
+					if rng.IntN(2) == 0 {
+						_ = f.r.MarkPrefillDone(active[k]) // (twice: an error, no change)
+					} else {
+						_ = f.r.MarkFinished(active[k])
+						active = append(active[:k], active[k+1:]...)
+					}
+				}
+				if i == 200 {
+					f.r.RemoveWorker("w1")
+					f.addWorker("w1", "m", dp)
+				}
+				if err := f.r.checkInvariants(); err != nil {
+					t.Fatalf("after Route %d: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// checkCosts compares costCandidates on reused against the reference.
+func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
+	t.Helper()
+	fresh := new(scratch)
+	for _, s := range []*scratch{reused, fresh} {
+		if err := r.preparePrompt(p, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ranks, err := r.evaluate(p, fresh, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.load.mu.Lock()
+	cands, costs, want := referenceCosts(r, ranks, fresh, r.cfg.now())
+	r.load.mu.Unlock()
+	if _, err := r.evaluate(p, reused, false); err != nil {
+		t.Fatal(err)
+	}
+	r.costCandidates(ranks, reused)
+	if len(reused.cands) != len(cands) {
+		t.Fatalf("%d candidates, reference %d", len(reused.cands), len(cands))
+	}
+	for i := range cands {
+		if reused.cands[i] != cands[i] || math.Float64bits(reused.costs[i]) != math.Float64bits(costs[i]) {
+			t.Fatalf("candidate %d: rank %d cost %v, reference rank %d cost %v", i, reused.cands[i], reused.costs[i], cands[i], costs[i])
+		}
+	}
+	if r.cfg.Policy != PolicyTime || len(cands) == 0 {
+		return
+	}
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	if fl := r.load.fleets[p.Model]; fl != nil && (math.Float64bits(fl.queue) != math.Float64bits(want.queue) || fl.capacity != want.capacity) {
+		t.Fatalf("fleet after the Route: queue %v capacity %d, reference %v %d", fl.queue, fl.capacity, want.queue, want.capacity)
+	}
+}
+
+// referenceCosts is costCandidates' and costTime's arithmetic, written
+// plainly, without changing the learner's state. The caller holds r.mu for
+// reading and r.load.mu.
+func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands []int, costs []float64, want fleetAfter) {
+	var terms []costTerms
+	for j, rk := range ranks {
+		if r.busy(rk) {
+			continue
+		}
+		credit := 0.0
+		if s.depth[j] > 0 {
+			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
+		}
+		prefill := float64(len(s.hashes)) - credit + float64(rk.prefillBlocks)
+		decode := float64(rk.decodeBlocks)
+		cands, terms = append(cands, j), append(terms, costTerms{prefill: prefill, decode: decode})
+		costs = append(costs, r.cfg.PrefillWeight*prefill+decode)
+	}
+	if r.cfg.Policy != PolicyTime || len(cands) == 0 {
+		return cands, costs, want
+	}
+	f := r.load.fleets[ranks[cands[0]].worker.Model]
+	e := ratesOf(f, r.load.priorSPT)
+	pending := 0.0
+	for _, rk := range ranks {
+		pending += float64(rk.timing.pending)
+	}
+	var capacity uint64
+	if f != nil {
+		want.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
+		capacity = f.capacity
+	}
+	for i, j := range cands {
+		rk := ranks[j]
+		st := &rk.timing.stats
+		k := rankDecay(e.seq, rk.timing.seq, e.ranks)
+		a := (k*(st.wy-e.slope*st.wx) + e.pseudo*e.intercept) / (k*st.w + e.pseudo)
+		if a <= 0 {
+			a = (k*st.wy + e.pseudo*e.intercept) / (k*st.w + e.pseudo)
+		}
+		spt := a + e.slope*terms[i].decode
+		occupancy := 0.0
+		if e.reuse > 0 {
+			cached := r.cfg.Index.Cached(rk.key)
+			capacity = max(capacity, cached)
+			if capacity > 0 {
+				occupancy = float64(cached) / float64(capacity)
+			}
+		}
+		own := max(0, terms[i].prefill-float64(rk.prefillBlocks)) * float64(r.cfg.BlockSize) * spt
+		c := waitSeconds(rk, spt, now) + own*(1+e.queue+occupancy*e.reuse)
+		if math.IsNaN(c) || math.IsInf(c, 0) {
+			c = math.MaxFloat64
+		}
+		costs[i] = c
+	}
+	want.capacity = capacity
+	return cands, costs, want
+}
+
+// fleetAfter is what a Route leaves in the fleet's learner state.
+type fleetAfter struct {
+	queue    float64
+	capacity uint64
+}
