@@ -104,6 +104,30 @@ func (r *Router) checkLoad() error {
 			return fmt.Errorf("rank %v load %+v, requests sum to %+v", rk.key, got, *s)
 		}
 	}
+	return r.checkPending()
+}
+
+// checkPending checks loadTable.pending is each model's ranks' pending
+// prefills summed, and absent for a model without any. The caller holds
+// every lock.
+func (r *Router) checkPending() error {
+	for m, n := range r.load.pending {
+		if _, ok := r.models[m]; !ok || n == 0 {
+			return fmt.Errorf("pending prefills %d for model %q, which has no ranks or none pending", n, m)
+		}
+	}
+	for m, ranks := range r.models {
+		sum := int64(0)
+		for _, rk := range ranks {
+			if rk.unlisted {
+				return fmt.Errorf("rank %v of model %q's list is marked unlisted", rk.key, m)
+			}
+			sum += rk.timing.pending
+		}
+		if got := r.load.pending[m]; got != sum {
+			return fmt.Errorf("model %q: %d pending prefills kept, its ranks' sum %d", m, got, sum)
+		}
+	}
 	return nil
 }
 

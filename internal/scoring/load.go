@@ -18,6 +18,10 @@ type loadTable struct {
 	ttl        time.Duration
 	fleets     map[string]*fleetTiming // by model: PolicyTime's learner
 	priorSPT   float64                 // its prior seconds per token
+	// pending is, by model, the sum of rankTiming.pending over the ranks on
+	// the model's list (a model without any is absent), kept as it changes
+	// so a Route does not sum it over every rank (pending.go).
+	pending map[string]int64
 }
 
 type request struct {
@@ -106,7 +110,7 @@ func (r *Router) ActiveRequests() int {
 // Route; its learner starts from priorTokensPerSecond.
 func newLoadTable(max int, ttl time.Duration, priorTokensPerSecond float64) *loadTable {
 	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl,
-		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond}
+		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond, pending: make(map[string]int64)}
 }
 
 // checkRoom reports whether one more request fits.

@@ -61,10 +61,7 @@ func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
 	}
 	f := r.load.fleetOf(ranks[s.cands[0]].worker.Model)
 	e := ratesOf(f, r.load.priorSPT)
-	pending := 0.0
-	for _, rk := range ranks {
-		pending += float64(rk.timing.pending)
-	}
+	pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
 	bs := float64(r.cfg.BlockSize)
 	var capacity uint64
 	if f != nil {

@@ -34,6 +34,7 @@ type rank struct {
 	approximate bool
 
 	// Guarded by loadTable.mu.
+	unlisted      bool // off its model's list (RemoveWorker): not in loadTable.pending
 	prefillBlocks int64
 	prefillTokens int64
 	decodeBlocks  int64
@@ -87,16 +88,29 @@ func (r *Router) AddWorker(w Worker) error {
 
 // RemoveWorker drops a worker, its predictions and its active requests.
 func (r *Router) RemoveWorker(id string) {
-	r.mu.Lock()
-	wk, ok := r.workers[id]
+	wk, last, ok := r.unregister(id)
 	if !ok {
-		r.mu.Unlock()
 		return
+	}
+	for _, rk := range wk.ranks {
+		r.overlay.removeRank(rk.slot)
+	}
+	r.load.dropWorker(wk, last)
+}
+
+// unregister is RemoveWorker's part under r.mu: the worker leaves the
+// registry, its model's list and the slot cache, so no Route chooses it.
+// last reports it was its model's last worker.
+func (r *Router) unregister(id string) (wk *worker, last, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wk, ok = r.workers[id]; !ok {
+		return nil, false, false
 	}
 	delete(r.workers, id)
 	ms := r.models[wk.Model]
 	ms = slices.DeleteFunc(slices.Clone(ms), func(rk *rank) bool { return rk.worker == wk })
-	last := len(ms) == 0
+	last = len(ms) == 0
 	if last {
 		delete(r.models, wk.Model)
 	} else {
@@ -108,16 +122,13 @@ func (r *Router) RemoveWorker(id string) {
 	for _, rk := range wk.ranks {
 		delete(r.ranks, rk.key)
 	}
+	r.load.unlist(wk.ranks) // (with the model list, under r.mu: a Route sees both or neither)
 	for i, rk := range r.bySlot {
 		if rk != nil && rk.worker == wk {
 			r.bySlot[i] = nil
 		}
 	}
-	r.mu.Unlock()
-	for _, rk := range wk.ranks {
-		r.overlay.removeRank(rk.slot)
-	}
-	r.load.dropWorker(wk, last)
+	return wk, last, true
 }
 
 // slotRank is an index slot whose rank evaluate had to look up in the rank

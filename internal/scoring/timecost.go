@@ -126,6 +126,7 @@ func (t *loadTable) prefillStarted(q *request) {
 		rt.busySince = q.routed
 	}
 	rt.pending++
+	t.pendingChanged(q.rank, 1)
 	f := t.fleetOf(q.rank.worker.Model)
 	if f == nil {
 		return
@@ -140,6 +141,7 @@ func (t *loadTable) prefillStarted(q *request) {
 func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 	rt := &q.rank.timing
 	rt.pending--
+	t.pendingChanged(q.rank, -1)
 	if !learn {
 		return
 	}
