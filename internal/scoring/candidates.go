@@ -105,8 +105,9 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 
 // costCandidates keeps the ranks evaluate filled in s that are under the busy
 // thresholds in s.cands (index into ranks), with their cost terms in s.terms
-// and their costs in s.costs (cost's formula). It reports whether any rank is
-// a candidate. The caller holds r.mu for reading.
+// and their costs in s.costs (cost's formula, or under PolicyTime
+// timeCoster's). It reports whether any rank is a candidate. The caller holds
+// r.mu for reading.
 //
 // It visits every rank of the model: a rank that matched nothing still has a
 // cost (its load). It is kept cheap per rank instead: the overlap credit is
@@ -119,6 +120,8 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	s.costs = resize(s.costs, n)
 	s.terms = resize(s.terms, n)
 	k := 0
+	timed := r.cfg.Policy == PolicyTime
+	var tc timeCoster
 	r.load.mu.Lock()
 	for j, rk := range ranks {
 		if r.busy(rk) {
@@ -129,14 +132,20 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
 		}
 		t := r.cost(promptBlocks, credit, rk)
+		if timed {
+			if k == 0 {
+				tc.begin(r, ranks, r.cfg.now())
+			}
+			t.cost = tc.cost(r, rk, j, s, t)
+		}
 		s.cands[k], s.terms[k], s.costs[k] = j, t, t.cost
 		k++
 	}
-	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
-	if r.cfg.Policy == PolicyTime {
-		r.costTime(ranks, s, r.cfg.now())
+	if timed && k > 0 {
+		tc.end()
 	}
 	r.load.mu.Unlock()
+	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
 	return k > 0
 }
 
@@ -170,7 +179,7 @@ type costTerms struct {
 //	cost    = PrefillWeight * prefill + active decode blocks
 //
 // It is the one place PolicyBlocks' formula is written; under PolicyTime,
-// costTime then replaces the costs with seconds. The caller holds
+// timeCoster replaces the cost with seconds. The caller holds
 // r.load.mu (rk's load).
 func (r *Router) cost(promptBlocks, credit float64, rk *rank) costTerms {
 	prefill := promptBlocks - credit + float64(rk.prefillBlocks)

@@ -110,7 +110,7 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 	}
 }
 
-// referenceCosts is costCandidates' and costTime's arithmetic, written
+// referenceCosts is costCandidates' and timeCoster's arithmetic, written
 // plainly, without changing the learner's state. The caller holds r.mu for
 // reading and r.load.mu.
 func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands []int, costs []float64, want fleetAfter) {

@@ -1,7 +1,7 @@
 package scoring
 
 // decayMemo remembers rankDecay's values for one model's rank count, by
-// distance: costTime needs a rank's decay for every candidate of every
+// distance: timeCoster needs a rank's decay for every candidate of every
 // Route, and an exp2 per candidate was a large part of a Route against a
 // thousand ranks. rankDecay is a pure function of the distance (fleet
 // samples since the rank's last one) and the rank count, so a remembered

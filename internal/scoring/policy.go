@@ -12,7 +12,7 @@ type Policy string
 const (
 	// PolicyTime costs a candidate in seconds: the request's expected time
 	// to first token there plus the prefill time the choice costs the fleet
-	// (see costTime). The default.
+	// (see timeCoster). The default.
 	PolicyTime Policy = "time"
 	// PolicyBlocks is the cost in blocks:
 	// PrefillWeight x (prompt blocks - overlap credit + active prefill
@@ -29,9 +29,9 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("scoring: policy %q: want %s or %s", s, PolicyTime, PolicyBlocks)
 }
 
-// costTime is PolicyTime's cost of each candidate left in s.cands, in
-// seconds, with every parameter learned from MarkPrefillDone timings and
-// Routes (timecost.go):
+// timeCoster is PolicyTime's cost of a Route's candidates, in seconds,
+// with every parameter learned from MarkPrefillDone timings and Routes
+// (timecost.go):
 //
 //	spt     = a_rank + b x decode blocks          seconds per prefill token
 //	wait    = active prefill tokens x spt - time the oldest has run
@@ -51,47 +51,62 @@ func ParsePolicy(s string) (Policy, error) {
 // toward the fleet's, which starts at Config.PrefillTokensPerSecond), b the
 // fleet's slope on decode load (0 until the data show one).
 //
-// The index size of a rank Match scored is the one it reported (evaluate's
-// s.cached); only the others' are looked up.
-//
-// The caller holds r.mu for reading and r.load.mu.
-func (r *Router) costTime(ranks []*rank, s *scratch, now time.Time) {
-	if len(s.cands) == 0 {
-		return
-	}
-	f := r.load.fleetOf(ranks[s.cands[0]].worker.Model)
-	e := ratesOf(f, r.load.priorSPT)
-	pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
-	bs := float64(r.cfg.BlockSize)
-	var capacity uint64
+// costCandidates calls begin at its first candidate, cost for each candidate
+// in rank order (the largest index size seen grows along them), and end
+// after the last, all under r.load.mu: one pass over the ranks for both
+// policies. The index size of a rank Match scored is the one it reported
+// (evaluate's s.cached); only the others' are looked up.
+type timeCoster struct {
+	f        *fleetTiming // nil: the table holds no more models
+	e        rates
+	bs       float64
+	queue1   float64 // 1 + e.queue
+	capacity uint64
+	now      time.Time
+}
+
+// begin reads the model's learned rates and, from the pending prefills of
+// its ranks, updates the fleet's queue average (for later Routes: this one
+// prices with the average before it). The caller holds r.mu for reading and
+// r.load.mu.
+func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
+	f := r.load.fleetOf(ranks[0].worker.Model)
+	*c = timeCoster{f: f, e: ratesOf(f, r.load.priorSPT), bs: float64(r.cfg.BlockSize), now: now}
+	c.queue1 = 1 + c.e.queue
 	if f != nil {
+		pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
 		f.ranks = len(ranks)
 		f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
-		capacity = f.capacity
+		c.capacity = f.capacity
 	}
-	for i, j := range s.cands {
-		rk := ranks[j]
-		spt := e.secondsPerToken(&rk.timing, s.terms[i].decode)
-		occupancy := 0.0
-		if e.reuse > 0 {
-			cached := s.cached[j] // (Match's report, for a rank it scored)
-			if s.radixM[j] == 0 {
-				cached = r.cfg.Index.Cached(rk.key)
-			}
-			capacity = max(capacity, cached)
-			if capacity > 0 {
-				occupancy = float64(cached) / float64(capacity)
-			}
+}
+
+// cost is rk's cost, rk being rank j of the model's list with terms t.
+func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) float64 {
+	spt := c.e.secondsPerToken(&rk.timing, t.decode)
+	occupancy := 0.0
+	if c.e.reuse > 0 {
+		cached := s.cached[j] // (Match's report, for a rank it scored)
+		if s.radixM[j] == 0 {
+			cached = r.cfg.Index.Cached(rk.key)
 		}
-		// terms.prefill is prompt blocks - credit + active prefill blocks.
-		own := max(0, s.terms[i].prefill-float64(rk.prefillBlocks)) * bs * spt
-		c := waitSeconds(rk, spt, now) + own*(1+e.queue+occupancy*e.reuse)
-		if math.IsNaN(c) || math.IsInf(c, 0) {
-			c = math.MaxFloat64
+		c.capacity = max(c.capacity, cached)
+		if c.capacity > 0 {
+			occupancy = float64(cached) / float64(c.capacity)
 		}
-		s.costs[i], s.terms[i].cost = c, c
 	}
-	if f != nil {
-		f.capacity = capacity
+	// t.prefill is prompt blocks - credit + active prefill blocks.
+	own := max(0, t.prefill-float64(rk.prefillBlocks)) * c.bs * spt
+	cost := waitSeconds(rk, spt, c.now) + own*(c.queue1+occupancy*c.e.reuse)
+	if math.IsNaN(cost) || math.IsInf(cost, 0) {
+		cost = math.MaxFloat64
+	}
+	return cost
+}
+
+// end records the largest index size seen.
+func (c *timeCoster) end() {
+	if c.f != nil {
+		c.f.capacity = c.capacity
 	}
 }
