@@ -98,7 +98,7 @@ func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) f
 	// t.prefill is prompt blocks - credit + active prefill blocks.
 	own := max(0, t.prefill-float64(rk.prefillBlocks)) * c.bs * spt
 	cost := waitSeconds(rk, spt, c.now) + own*(c.queue1+occupancy*c.e.reuse)
-	if math.IsNaN(cost) || math.IsInf(cost, 0) {
+	if cost-cost != 0 { // (NaN or ±Inf: math.IsNaN || math.IsInf in one test)
 		cost = math.MaxFloat64
 	}
 	return cost
