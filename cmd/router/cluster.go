@@ -93,6 +93,9 @@ func connectCluster(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*c
 		URL: n.URL, CredsFile: n.CredsFile, TLSCA: n.TLS.CA, TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key,
 		Prefix: n.Prefix, ReplicaID: cfg.ReplicaID, Replicas: n.Replicas, ConnectTimeout: n.ConnectTimeout,
 		OnStatus: cm.onStatus, Logger: cm.log, Registerer: reg,
+		// A peer's state is its requests and marks, each up to its
+		// max_active_requests; peers may be configured larger.
+		MaxStateChanges: max(1<<20, 4*cfg.MaxActiveRequests),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster mode (--nats-url): %w", err)

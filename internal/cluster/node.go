@@ -50,6 +50,10 @@ type Config struct {
 	// BootstrapWait is how long a starting replica collects the other
 	// replicas' load state. Default 300ms.
 	BootstrapWait time.Duration
+	// MaxStateChanges bounds a state reply another replica sends (its
+	// active requests and the marks it holds); a larger one is refused.
+	// Default 1<<20.
+	MaxStateChanges int
 	// SnapshotsKept is how many snapshot objects the object store keeps
 	// (the newest). Default 4.
 	SnapshotsKept int
@@ -100,6 +104,9 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.BootstrapWait, 300*time.Millisecond)
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 64 << 10
+	}
+	if c.MaxStateChanges <= 0 {
+		c.MaxStateChanges = 1 << 20
 	}
 	if c.SnapshotsKept <= 0 {
 		c.SnapshotsKept = 4

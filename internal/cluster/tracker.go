@@ -34,6 +34,7 @@ const (
 	resyncDigest    = "digest"    // digests disagreed twice running
 	resyncLost      = "lost"      // a reconnect or a slow consumer: anything may be missed
 	resyncBootstrap = "bootstrap" // this replica just started
+	resyncHeld      = "held"      // changes during a state fetch were too many to keep
 )
 
 func newTracker() *tracker { return &tracker{origins: make(map[string]*originState)} }
