@@ -233,6 +233,10 @@ func (n *Node) stateSubject(id string) string {
 // ReplicaID is this replica's id.
 func (n *Node) ReplicaID() string { return n.cfg.ReplicaID }
 
+// Done is closed when Close is called: a registry watch callback that
+// waits stops waiting.
+func (n *Node) Done() <-chan struct{} { return n.stop }
+
 // Connected reports whether the NATS connection is up.
 func (n *Node) Connected() bool { return n.connected.Load() }
 
