@@ -49,7 +49,13 @@ func (t *tracker) changes(origin string, epoch, seq uint64, now time.Time) verdi
 			return verdict{apply: true} // its first message: nothing before it to miss
 		}
 		return verdict{apply: true, resync: resyncNew}
-	case epoch != o.epoch:
+	case epoch < o.epoch:
+		// A late message of the process the origin's id had before (its
+		// requests are known by that epoch): applied, but not followed,
+		// else the two processes' seqs would alternate and each look like
+		// a restart.
+		return verdict{apply: true}
+	case epoch > o.epoch:
 		*o = originState{epoch: epoch, seq: seq, lastSeen: now}
 		if seq == 1 {
 			return verdict{apply: true}
@@ -93,6 +99,9 @@ func (t *tracker) digest(origin string, epoch uint64, remote, local Digest) verd
 // are covered by it.
 func (t *tracker) synced(origin string, epoch, seq uint64, now time.Time) {
 	o := t.origins[origin]
+	if o != nil && epoch < o.epoch {
+		return // the process before: its seqs are not followed
+	}
 	if o == nil || o.epoch != epoch {
 		t.origins[origin] = &originState{epoch: epoch, seq: seq, lastSeen: now}
 		return
