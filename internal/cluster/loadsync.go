@@ -137,6 +137,11 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 		s.holdLocked(h.Origin, m.Data)
 	}
 	s.mu.Unlock()
+	if v.full {
+		met.changes.WithLabelValues(changeTooManyOrigins).Inc()
+		s.n.log.Warn("load message refused: too many origins", "origin", h.Origin, "max", maxOrigins)
+		return
+	}
 	ls := s.state()
 	origin := originKey(h.Origin, h.Epoch)
 	if v.apply {
