@@ -132,9 +132,10 @@ type Node struct {
 	pub       publisher
 	sync      loadSync
 
-	stop    chan struct{}
-	rewatch chan struct{} // the connection is back: restart the registry watch
-	wg      sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	rewatch   chan struct{} // the connection is back: restart the registry watch
+	wg        sync.WaitGroup
 }
 
 // Connect dials NATS, creates (or opens) the registry bucket and the
@@ -292,10 +293,10 @@ func subjectOf(sub *nats.Subscription) string {
 // Close stops the load sync, flushes what is queued and closes the
 // connection.
 func (n *Node) Close() error {
-	select {
-	case <-n.stop:
+	first := false
+	n.closeOnce.Do(func() { first = true })
+	if !first {
 		return nil
-	default:
 	}
 	close(n.stop)
 	n.wg.Wait()

@@ -142,6 +142,11 @@ func TestNATSRestartResyncs(t *testing.T) {
 	// Routing goes on from local state.
 	before := a.r.ActiveRequests()
 	eventually(t, "A routes without NATS", func() bool { return a.r.ActiveRequests() > before+20 })
+	// The registry refuses writes at once (a buffered one would time out
+	// here and still be applied after the outage).
+	if _, err := a.node.CreateWorker(context.Background(), "w-outage", []byte("v")); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("registry create without NATS: %v, want ErrNotConnected", err)
+	}
 	ns.Restart()
 	eventually(t, "both reconnect", func() bool { return a.node.Connected() && b.node.Connected() })
 	close(stop)
