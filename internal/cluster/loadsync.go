@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,7 @@ type loadSync struct {
 	wg      sync.WaitGroup
 
 	scratch scoring.LoadChange // the receiving goroutine's
+	twin    atomic.Bool        // another process with this replica id was logged
 }
 
 func (s *loadSync) init(n *Node) {
@@ -129,6 +131,11 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 		return
 	}
 	if h.Origin == s.n.cfg.ReplicaID {
+		// NoEcho: not this process's own. Two replicas under one id answer
+		// each other's state requests and drop each other's changes.
+		if h.Epoch != s.n.epoch && !s.twin.Swap(true) {
+			s.n.log.Error("another process publishes load under this replica's id; give each replica its own --replica-id", "replica_id", h.Origin)
+		}
 		return
 	}
 	s.mu.Lock()

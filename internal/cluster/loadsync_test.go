@@ -78,3 +78,14 @@ func TestStateRepliesBounded(t *testing.T) {
 		t.Fatal("a second state of an origin taken")
 	}
 }
+
+// TestTwinReplicaID: a changes message under this replica's own id from
+// another process (another epoch) is not applied, and is reported.
+func TestTwinReplicaID(t *testing.T) {
+	ns := natstest.Start(t)
+	b := startReplica(t, ns.URL(), "b")
+	b.node.sync.onChanges(changesMsg("b", b.node.epoch+1, 1, "r1"))
+	if b.r.ActiveRequests() != 0 || !b.node.sync.twin.Load() {
+		t.Fatalf("twin's message: %d requests, reported %v; want 0, true", b.r.ActiveRequests(), b.node.sync.twin.Load())
+	}
+}
