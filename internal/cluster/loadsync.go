@@ -465,6 +465,14 @@ func (s *loadSync) bootstrap() (int, error) {
 	for _, p := range done {
 		s.n.metrics.resyncs.WithLabelValues(resyncBootstrap).Inc()
 		s.applyState(p)
+		// An origin first heard mid-stream during the wait asked for a
+		// resync; its state, taken after this replica subscribed, and the
+		// changes held since cover what it would bring.
+		s.mu.Lock()
+		if s.pending[p.h.Origin] == resyncNew {
+			delete(s.pending, p.h.Origin)
+		}
+		s.mu.Unlock()
 	}
 	return len(done), nil
 }
