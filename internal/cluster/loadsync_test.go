@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 	"github.com/kvrouter/kvrouter/internal/scoring"
@@ -87,5 +88,24 @@ func TestTwinReplicaID(t *testing.T) {
 	b.node.sync.onChanges(changesMsg("b", b.node.epoch+1, 1, "r1"))
 	if b.r.ActiveRequests() != 0 || !b.node.sync.twin.Load() {
 		t.Fatalf("twin's message: %d requests, reported %v; want 0, true", b.r.ActiveRequests(), b.node.sync.twin.Load())
+	}
+}
+
+// TestNoHeartbeatWithoutLoad: a node whose load is not shared (no
+// StartLoad) publishes no heartbeats. (flush is the publisher goroutine's;
+// this node's returns before it touches its state. TestGapAndDriftResync
+// needs the heartbeats of a node with a load state.)
+func TestNoHeartbeatWithoutLoad(t *testing.T) {
+	ns := natstest.Start(t)
+	n, err := Connect(testConfig(ns.URL(), "quiet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	out := func() float64 { return testutil.ToFloat64(n.metrics.messages.WithLabelValues("out")) }
+	before := out()
+	n.pub.flush(true)
+	if out() != before {
+		t.Fatal("a heartbeat without a load state was published")
 	}
 }
