@@ -190,6 +190,11 @@ func Connect(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// openBuckets opens the registry bucket and the snapshot store, creating
+// them when they do not exist. An existing one is opened as it is: an
+// update with this replica's settings would change it under the others
+// (a replica started with --nats-replicas 1 would scale a bucket of 3
+// replicas down to 1).
 func (n *Node) openBuckets() error {
 	js, err := jetstream.New(n.nc)
 	if err != nil {
@@ -197,26 +202,43 @@ func (n *Node) openBuckets() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ConnectTimeout)
 	defer cancel()
-	n.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kvCfg := jetstream.KeyValueConfig{
 		Bucket:      n.registryBucket(),
 		Description: "kvrouter worker registry: a key per worker id",
 		History:     5,
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
-	})
+	}
+	n.kv, err = openOrCreate(ctx, js.KeyValue, js.CreateKeyValue, kvCfg.Bucket, kvCfg)
 	if err != nil {
 		return fmt.Errorf("cluster: registry bucket %s: %w", n.registryBucket(), err)
 	}
-	n.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	obsCfg := jetstream.ObjectStoreConfig{
 		Bucket:      n.snapshotBucket(),
 		Description: "kvrouter index snapshots, one object per replica",
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
-	})
+	}
+	n.obs, err = openOrCreate(ctx, js.ObjectStore, js.CreateObjectStore, obsCfg.Bucket, obsCfg)
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store %s: %w", n.snapshotBucket(), err)
 	}
 	return nil
+}
+
+// openOrCreate opens bucket, or creates it with cfg when there is none; of
+// two replicas creating it at once, the second opens the first's.
+func openOrCreate[B, C any](ctx context.Context, open func(context.Context, string) (B, error),
+	create func(context.Context, C) (B, error), bucket string, cfg C) (B, error) {
+	b, err := open(ctx, bucket)
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return b, err
+	}
+	b, err = create(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return open(ctx, bucket)
+	}
+	return b, err
 }
 
 func (n *Node) registryBucket() string { return n.cfg.Prefix + "-registry" }
