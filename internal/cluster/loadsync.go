@@ -289,16 +289,21 @@ func (s *loadSync) applyState(st *stateParts) {
 	released, added := ls.ResetRemote(origin, st.changes)
 	s.mu.Lock()
 	s.trk.synced(st.h.Origin, st.h.Epoch, st.h.Seq, time.Now())
-	hd := s.held[st.h.Origin]
+	// The messages held so far, taken under the lock (onChanges goes on
+	// appending); one held after this is applied by onChanges after the
+	// reset.
+	var msgs [][]byte
+	full := false
+	if hd := s.held[st.h.Origin]; hd != nil {
+		msgs, full = hd.msgs, hd.full
+	}
 	s.mu.Unlock()
 	replayed := 0
-	if hd != nil {
-		for _, b := range hd.msgs {
-			replayed += s.replay(ls, origin, &st.h, b)
-		}
-		if hd.full {
-			s.request(st.h.Origin, resyncHeld)
-		}
+	for _, b := range msgs {
+		replayed += s.replay(ls, origin, &st.h, b)
+	}
+	if full {
+		s.request(st.h.Origin, resyncHeld)
 	}
 	s.n.log.Debug("load resynchronised", "origin", st.h.Origin, "requests", len(st.changes), "released", released, "added", added, "replayed", replayed)
 }

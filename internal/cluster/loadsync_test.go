@@ -109,3 +109,33 @@ func TestNoHeartbeatWithoutLoad(t *testing.T) {
 		t.Fatal("a heartbeat without a load state was published")
 	}
 }
+
+// TestResyncWhileChangesArrive: the held messages are replayed while
+// onChanges goes on holding more (the race detector watches), and every
+// request of the origin ends on the receiver.
+func TestResyncWhileChangesArrive(t *testing.T) {
+	ns := natstest.Start(t)
+	b := startReplica(t, ns.URL(), "b")
+	s := &b.node.sync
+	s.mu.Lock()
+	s.held["x"] = &held{}
+	s.mu.Unlock()
+	const n = 300
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= n; i++ {
+			s.onChanges(changesMsg("x", 1, uint64(i), fmt.Sprint("r", i)))
+		}
+	}()
+	// States taken before x's first change (empty, seq 0): each reset
+	// releases what was applied, the replay puts it back.
+	for range 20 {
+		s.applyState(&stateParts{h: Header{Kind: kindState, Origin: "x", Epoch: 1, Seq: 0, Last: true}, done: true})
+	}
+	<-done
+	s.unhold("x")
+	if got, _ := b.r.LoadDigest(originKey("x", 1)); got != n {
+		t.Fatalf("x's requests on b: %d, want %d", got, n)
+	}
+}
