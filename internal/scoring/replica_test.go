@@ -254,3 +254,19 @@ func TestReplicaMarkTeachesBoth(t *testing.T) {
 		t.Fatalf("after a prefill of 1,024 tokens in 10 ms: rate on A %v (was %v), on B %v (was %v); want both raised", a, priorA, b, priorB)
 	}
 }
+
+// TestRepeatedMarkBounded: one id marked again and again keeps one
+// tombstone and a bounded expiry queue.
+func TestRepeatedMarkBounded(t *testing.T) {
+	tb := newLoadTable(10, time.Minute, 10000)
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 1000 {
+		tb.mark("same", i%2 == 0, now.Add(time.Duration(i)*time.Microsecond))
+	}
+	if len(tb.remote.tombs) != 1 || len(tb.remote.order) > 20 {
+		t.Fatalf("after 1000 marks of one id: %d tombs, %d refs; want 1, at most 20", len(tb.remote.tombs), len(tb.remote.order))
+	}
+	if !tb.remote.tombs["same"].finished || !tb.remote.tombs["same"].prefillDone {
+		t.Fatalf("the tomb lost a mark: %+v", tb.remote.tombs["same"])
+	}
+}
