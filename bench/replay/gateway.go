@@ -52,8 +52,8 @@ type Gateway struct {
 	cfg       GatewayConfig
 	conns     []*grpc.ClientConn
 	clients   []kvrouterv1.RouterClient
-	next      atomic.Uint64 // Route turns
-	nextMark  atomic.Uint64 // mark turns, separate so Routes alternate evenly
+	next      atomic.Uint64  // Route turns
+	nextMark  atomic.Uint64  // mark turns, separate so Routes alternate evenly
 	downUntil []atomic.Int64 // unix nanoseconds
 	origin    sync.Map       // request id -> replica index (MarksOrigin)
 
