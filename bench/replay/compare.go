@@ -208,8 +208,9 @@ type Failover struct {
 	AtSeconds float64 `json:"at_wall_seconds"`
 	// RoutesInFlight were unanswered when the kill was sent.
 	RoutesInFlight int64 `json:"routes_in_flight"`
-	// After are the gateway's counters from the kill to the end.
-	After GatewayStats `json:"gateway_after"`
+	// After are the gateway's counters from the replica's death to the end.
+	After     GatewayStats `json:"gateway_after"`
+	KillError string       `json:"kill_error,omitempty"`
 }
 
 // Report is the whole comparison.

@@ -336,7 +336,7 @@ func (sp *splitter) wrap(choose ChooseFunc) ChooseFunc {
 		return choose
 	}
 	return func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error) {
-		if seq >= sp.at {
+		if seq == sp.at { // every seq is chosen once, in no guaranteed order
 			sp.once.Do(func() { sp.trigger(seq) })
 		}
 		return choose(ctx, seq, tokens, id)
@@ -350,10 +350,15 @@ func (sp *splitter) trigger(seq int) {
 		return
 	}
 	sp.fo = &Failover{Replica: sp.victim, AtRequest: seq, AtSeconds: time.Since(sp.start).Seconds(),
-		RoutesInFlight: sp.side.gw.RoutesInFlight(), After: sp.side.gw.Stats()}
+		RoutesInFlight: sp.side.gw.RoutesInFlight()}
 	go func() {
 		defer close(sp.done)
-		_ = sp.side.reps.KillReplica(sp.victim)
+		if err := sp.side.reps.KillReplica(sp.victim); err != nil {
+			sp.fo.KillError = err.Error()
+		}
+		// Counted from the moment the process is gone: a Route in flight
+		// when the signal was sent may still have been answered.
+		sp.fo.After = sp.side.gw.Stats()
 	}()
 }
 
