@@ -130,6 +130,10 @@ type CompareConfig struct {
 	KillReplica int
 	// Rounds repeats the whole list of runs (A B A B ...; default 1).
 	Rounds int
+	// SyncLagProbes, in cluster runs with two replicas besides the one
+	// KillAt kills, probes the replicas' sync lag that many times during the
+	// replay (MeasureSyncLag, from a quarter of the trace on); 0: none.
+	SyncLagProbes int
 	// PooledCeiling, when positive, is the pooled ceiling's hit rate for
 	// Requests at Engines x Capacity, computed by the caller (a sweep shares
 	// it between runs); zero computes it.
@@ -179,6 +183,9 @@ type PolicyResult struct {
 	// the kill did, in runs that killed a replica.
 	Split    *HitSplit `json:"split,omitempty"`
 	Failover *Failover `json:"failover,omitempty"`
+	// SyncLag is the probed lag of a Route's state reaching another replica.
+	SyncLag      *SyncLag `json:"sync_lag,omitempty"`
+	SyncLagError string   `json:"sync_lag_error,omitempty"`
 }
 
 // Label names the run: the policy, and with replicas their count and mode.

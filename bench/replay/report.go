@@ -56,7 +56,7 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\thit before\thit after\tkilled\t")
+	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
 	for _, p := range r.Results {
 		per, retries, failed, nf, mf := "-", "-", "-", "-", "-"
 		if g := p.Gateway; g != nil {
@@ -75,6 +75,10 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 		if p.NATS != nil {
 			msgs, bytes = fmt.Sprintf("%.1f", p.NATSMsgsPerRoute), fmt.Sprintf("%.0f", p.NATSBytesPerRoute)
 		}
+		lag := "-"
+		if l := p.SyncLag; l != nil && l.Lag.N > 0 {
+			lag = fmt.Sprintf("%s/%s", ms(l.Lag.P50), ms(l.Lag.P99))
+		}
 		before, after, killed := "-", "-", "-"
 		if s := p.Split; s != nil {
 			before, after = fmt.Sprintf("%.1f%%", 100*s.Before), fmt.Sprintf("%.1f%%", 100*s.After)
@@ -82,8 +86,8 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 		if f := p.Failover; f != nil {
 			killed = fmt.Sprintf("#%d at req %d (%d in flight)", f.Replica, f.AtRequest, f.RoutesInFlight)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			p.Label(), per, retries, failed, nf, mf, cpu, msgs, bytes, before, after, killed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Label(), per, retries, failed, nf, mf, cpu, msgs, bytes, lag, before, after, killed)
 	}
 	return tw.Flush()
 }

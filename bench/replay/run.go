@@ -72,8 +72,10 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 			return nil, err
 		}
 	}
+	probe := startLagProbe(ctx, cfg, v, side)
 	pr, err := Play(ctx, pc)
 	sp.wait()
+	lag, lagErr := probe.wait()
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +99,10 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	}
 	res.Imbalance = stats.Imbalance(loads)
 	sp.fill(res, tot)
+	res.SyncLag = lag
+	if lagErr != nil {
+		res.SyncLagError = lagErr.Error()
+	}
 	if side != nil {
 		if err := side.finish(ctx, cfg.Model, res, before, tot.Events, pr); err != nil {
 			return nil, err
@@ -383,4 +389,46 @@ func (sp *splitter) fill(res *PolicyResult, end engine.Stats) {
 		res.Split.After = float64(e.CachedBlocks-b.CachedBlocks) / float64(d)
 	}
 	res.Failover = sp.fo
+}
+
+// lagProbe runs MeasureSyncLag during a replay.
+type lagProbe struct {
+	done chan struct{}
+	lag  *SyncLag
+	err  error
+}
+
+// startLagProbe starts probing, a quarter of the trace's wall time after the
+// start, between the first two replicas KillAt leaves alive; it returns a
+// probe that reports nothing when the run has no such pair.
+func startLagProbe(ctx context.Context, cfg CompareConfig, v variant, side *routerSide) *lagProbe {
+	p := &lagProbe{done: make(chan struct{})}
+	var pair []*Router
+	if side != nil && side.reps != nil && v.sync && cfg.SyncLagProbes > 0 && v.policy == PolicyKV {
+		for i, r := range side.reps.Routers {
+			if cfg.KillAt > 0 && i == cfg.KillReplica {
+				continue
+			}
+			pair = append(pair, r)
+		}
+	}
+	if len(pair) < 2 || len(cfg.Requests) == 0 {
+		close(p.done)
+		return p
+	}
+	span := cfg.Requests[len(cfg.Requests)-1].Arrival
+	delay := time.Duration(float64(span) / cfg.SpeedUp / 4)
+	go func() {
+		defer close(p.done)
+		if sleepUntil(ctx, time.Now().Add(delay)) != nil {
+			return
+		}
+		p.lag, p.err = MeasureSyncLag(ctx, pair[0].Router, pair[1].Router, cfg.Model, cfg.SyncLagProbes, 8, cfg.Seed)
+	}()
+	return p
+}
+
+func (p *lagProbe) wait() (*SyncLag, error) {
+	<-p.done
+	return p.lag, p.err
 }
