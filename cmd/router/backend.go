@@ -22,23 +22,36 @@ type backend struct {
 	index *radix.Index
 	ing   *ingest.Manager
 	st    *persist.Store // nil: persistence off
+	cm    *clusterMode   // nil: a single router
+	cpu   float64        // snapshot_cpu
 }
 
 // startBackend restores the index (or starts an empty one), starts ingest
 // with each restored rank's stream position, starts the server and
 // registers the fleet.
-func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometheus.Registerer, log *slog.Logger) (*backend, error) {
+//
+// In cluster mode (cm set) an index with no local snapshot starts from the
+// snapshot store's newest, the registry is the bucket's, and the other
+// replicas' load is collected before startBackend returns.
+func startBackend(cfg Config, st *persist.Store, cm *clusterMode, srv *server.Server, reg prometheus.Registerer, log *slog.Logger) (*backend, error) {
 	icfg := radix.Config{Shards: cfg.IndexShards, SegmentBlocks: cfg.IndexSegmentBlocks}
-	b := &backend{st: st}
+	b := &backend{st: st, cm: cm, cpu: cfg.SnapshotCPU}
 	var resume map[kv.WorkerRank]ingest.Position
-	if st == nil {
-		b.index = radix.New(icfg)
-	} else {
+	restored := false
+	if st != nil {
 		res, err := st.Restore(icfg)
 		if err != nil {
 			return nil, err
 		}
-		b.index, resume = res.Index, res.Positions
+		b.index, resume, restored = res.Index, res.Positions, res.Snapshot.Path != ""
+	}
+	if cm != nil && !restored {
+		if res, ok := cm.restoreFromStore(icfg, log); ok {
+			b.index, resume = res.Index, res.Positions
+		}
+	}
+	if b.index == nil {
+		b.index = radix.New(icfg)
 	}
 	ing, err := ingest.New(ingest.Config{
 		Index:      b.index,
@@ -60,12 +73,23 @@ func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometh
 		return nil, err
 	}
 	b.ing = ing
-	rt, err := scoring.New(cfg.scoringConfig(b.index))
+	scfg := cfg.scoringConfig(b.index)
+	if cm != nil {
+		scfg.OnChange = cm.node.Publish
+	}
+	rt, err := scoring.New(scfg)
 	if err == nil {
 		err = srv.Start(rt, ing, b.index)
 	}
 	var registered map[string]bool
-	if err == nil {
+	switch {
+	case err != nil:
+	case cm != nil:
+		if err = cm.followRegistry(srv); err == nil {
+			err = cm.registerFile(srv, cfg.Workers)
+		}
+		registered = registeredIDs(srv, b.index)
+	default:
 		registered, err = registerWorkers(srv, cfg.Workers, st, log)
 	}
 	if err != nil {
@@ -73,6 +97,14 @@ func startBackend(cfg Config, st *persist.Store, srv *server.Server, reg prometh
 		return nil, err
 	}
 	dropUnregistered(b.index, registered, log)
+	if cm != nil {
+		peers, err := cm.node.StartLoad(rt)
+		if err != nil {
+			b.close(log)
+			return nil, err
+		}
+		log.Info("load state collected from the other replicas", "replicas", peers, "active_requests", rt.ActiveRequests())
+	}
 	return b, nil
 }
 
@@ -105,19 +137,48 @@ func dropUnregistered(ix *radix.Index, registered map[string]bool, log *slog.Log
 
 // snapshotEvery snapshots the index every interval until ctx is done or the
 // returned stop is called; stop returns once no snapshot is being written.
-func (b *backend) snapshotEvery(ctx context.Context, interval time.Duration) (stop func()) {
-	if b.st == nil {
+func (b *backend) snapshotEvery(ctx context.Context, interval time.Duration, log *slog.Logger) (stop func()) {
+	if b.st == nil && b.cm == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { b.st.Run(ctx, interval, b.index, b.ing) })
+	if b.cm == nil {
+		wg.Go(func() { b.st.Run(ctx, interval, b.index, b.ing) })
+	} else {
+		wg.Go(func() { b.uploadEvery(ctx, interval, log) })
+	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// uploadEvery snapshots the index to the state dir (if any) and the
+// snapshot store every interval until ctx is done.
+func (b *backend) uploadEvery(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := b.uploadSnapshot(b.cm, b.cpu, false); err != nil {
+				log.Error("snapshot to the snapshot store failed; the previous one stays", "err", err)
+			}
+		}
+	}
 }
 
 // finalSnapshot writes the shutdown snapshot, while the subscriptions still
 // run (a rank is cut between two of its batches).
 func (b *backend) finalSnapshot(log *slog.Logger) {
+	if b.cm != nil {
+		if err := b.uploadSnapshot(b.cm, 1, true); err != nil {
+			log.Error("shutdown snapshot to the snapshot store failed", "err", err)
+		} else {
+			log.Info("shutdown snapshot uploaded")
+		}
+		return
+	}
 	if b.st == nil {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -75,7 +76,31 @@ type Config struct {
 	SnapshotInterval time.Duration `yaml:"snapshot_interval"`
 	SnapshotCPU      float64       `yaml:"snapshot_cpu"`
 
+	// Cluster mode (replicas on NATS JetStream): on when NATS.URL is set.
+	NATS      NATSConfig `yaml:"nats"`
+	ReplicaID string     `yaml:"replica_id"`
+
 	Workers []WorkerConfig `yaml:"workers"`
+}
+
+// NATSConfig is how a replica reaches NATS (see cluster.go).
+type NATSConfig struct {
+	URL            string        `yaml:"url"`
+	CredsFile      string        `yaml:"creds_file"`
+	TLS            NATSTLS       `yaml:"tls"`
+	Prefix         string        `yaml:"prefix"`
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// Replicas is the JetStream replica count of the bucket and object
+	// store this replica creates if they are missing.
+	Replicas int `yaml:"replicas"`
+}
+
+// NATSTLS is the NATS connection's TLS: the CA to verify the server, and a
+// client certificate for mTLS.
+type NATSTLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // TierWeights is the overlap credit per storage tier.
@@ -161,6 +186,8 @@ func defaultConfig() Config {
 		StateDir:            defaultStateDir(),
 		SnapshotInterval:    30 * time.Second,
 		SnapshotCPU:         persist.DefaultSnapshotCPU,
+		NATS:                NATSConfig{Prefix: cluster.DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1},
+		ReplicaID:           defaultReplicaID(),
 	}
 }
 
@@ -221,6 +248,15 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.IntVar(&c.IndexSegmentBlocks, "index-segment-blocks", c.IndexSegmentBlocks, "index path segments start at this many blocks times each power of two; each segment is sharded by its first node")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the durable registry and index snapshots, locked while the router runs (\"none\": keep nothing)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often the index is snapshotted to the state dir (also at shutdown)")
+	fs.StringVar(&c.NATS.URL, "nats-url", c.NATS.URL, "NATS server URL(s), comma-separated; turns cluster mode on (replicas share registry, load and snapshots)")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", c.NATS.CredsFile, "NATS credentials file (user JWT and nkey seed)")
+	fs.StringVar(&c.NATS.TLS.CA, "nats-tls-ca", c.NATS.TLS.CA, "PEM CA bundle to verify the NATS server with")
+	fs.StringVar(&c.NATS.TLS.Cert, "nats-tls-cert", c.NATS.TLS.Cert, "PEM client certificate for NATS (mTLS; with --nats-tls-key)")
+	fs.StringVar(&c.NATS.TLS.Key, "nats-tls-key", c.NATS.TLS.Key, "PEM private key of --nats-tls-cert")
+	fs.StringVar(&c.NATS.Prefix, "nats-prefix", c.NATS.Prefix, "prefix of the NATS bucket, object store and subject names")
+	fs.DurationVar(&c.NATS.ConnectTimeout, "nats-connect-timeout", c.NATS.ConnectTimeout, "how long start-up waits for NATS before failing")
+	fs.IntVar(&c.NATS.Replicas, "nats-replicas", c.NATS.Replicas, "JetStream replicas of the registry bucket and snapshot store when this replica creates them")
+	fs.StringVar(&c.ReplicaID, "replica-id", c.ReplicaID, "this replica's name on NATS subjects (letters, digits, - and _)")
 	fs.Float64Var(&c.SnapshotCPU, "snapshot-cpu", c.SnapshotCPU, "share of one core a periodic snapshot may take, in (0, 1] (the shutdown snapshot runs flat out)")
 }
 
@@ -326,6 +362,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: snapshot_interval %v must be positive", c.SnapshotInterval)
 	case !(c.SnapshotCPU > 0 && c.SnapshotCPU <= 1):
 		return fmt.Errorf("config: snapshot_cpu %v must be within (0, 1]", c.SnapshotCPU)
+	}
+	if err := c.validateCluster(); err != nil {
+		return err
 	}
 	for _, w := range []struct {
 		name string

@@ -68,6 +68,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer st.Close()
 		store = registryStore{st.Registry()}
 	}
+	cm, err := connectCluster(cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	if cm != nil {
+		defer cm.close(log)
+		store = clusterRegistry{cm}
+	}
 	srv, err := server.New(server.Config{Logger: log, Registerer: reg, Store: store})
 	if err != nil {
 		return err
@@ -81,14 +89,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		"block_size", cfg.BlockSize, "workers", len(cfg.Workers), "predict", cfg.Predict,
 		"tier_weights", strings.TrimSpace(cfg.TierWeights.String()), "state_dir", cfg.StateDir)
 
-	b, err := startBackend(cfg, st, srv, reg, log)
+	if cm != nil {
+		cm.serveHealth(s.health)
+	}
+	b, err := startBackend(cfg, st, cm, srv, reg, log)
 	if err != nil {
 		s.drain(cfg.DrainTimeout, log)
 		return err
 	}
 	defer b.close(log)
 	s.setServing()
-	stopSnapshots := b.snapshotEvery(ctx, cfg.SnapshotInterval)
+	stopSnapshots := b.snapshotEvery(ctx, cfg.SnapshotInterval, log)
 
 	var serveErr error
 	select {

@@ -61,6 +61,12 @@ type Config struct {
 	// MaxWorkers bounds the registered workers.
 	MaxWorkers int
 
+	// OnChange, when set, is told every change a Route or a mark makes to
+	// the load and predictions, so replicas can share them (replica.go).
+	// It is called on the caller's goroutine, under the Router's read
+	// lock: it must be quick and must not call the Router.
+	OnChange func(*LoadChange)
+
 	// approxTTL bounds a predicted block's life on a worker without events.
 	// No caller outside the package sets it; its tests shorten it.
 	approxTTL time.Duration

@@ -14,6 +14,7 @@ type loadTable struct {
 	requests   map[string]*request
 	head, tail *request // oldest, newest
 	max        int      // requests at most (Config.MaxActiveRequests)
+	remote     remoteState
 }
 
 type request struct {
@@ -24,6 +25,7 @@ type request struct {
 	decodeBlocks  int64
 	prefillDone   bool
 	expires       time.Time
+	origin        string // the replica that routed it; "" this one (replica.go)
 	prev, next    *request
 }
 
@@ -59,7 +61,7 @@ func (r *Router) MarkPrefillDone(requestID string) error {
 	if err := r.checkRequestID(requestID); err != nil {
 		return err
 	}
-	return r.load.prefillDone(requestID)
+	return r.report(ChangePrefillDone, requestID, r.load.prefillDone(requestID))
 }
 
 // MarkFinished ends a request's load.
@@ -67,7 +69,7 @@ func (r *Router) MarkFinished(requestID string) error {
 	if err := r.checkRequestID(requestID); err != nil {
 		return err
 	}
-	return r.load.finish(requestID)
+	return r.report(ChangeFinished, requestID, r.load.finish(requestID))
 }
 
 // ActiveRequests returns the number of routed requests not yet finished or
@@ -105,6 +107,12 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	if err := t.roomLocked(); err != nil {
 		return err
 	}
+	t.insertLocked(id, rk, prefillBlocks, prefillTokens, decodeBlocks, expires)
+	return nil
+}
+
+// insertLocked adds a request and its prefill load. The caller holds t.mu.
+func (t *loadTable) insertLocked(id string, rk *rank, prefillBlocks, prefillTokens, decodeBlocks int64, expires time.Time) {
 	q := &request{id: id, rank: rk, prefillBlocks: prefillBlocks, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, expires: expires}
 	t.requests[id] = q
 	q.prev = t.tail
@@ -117,7 +125,6 @@ func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decod
 	rk.active++
 	rk.prefillBlocks += prefillBlocks
 	rk.prefillTokens += prefillTokens
-	return nil
 }
 
 func (t *loadTable) prefillDone(id string) error {
@@ -127,12 +134,7 @@ func (t *loadTable) prefillDone(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: request_id %q is not active (never routed, finished, or expired)", ErrNotFound, id)
 	}
-	if !q.prefillDone {
-		q.prefillDone = true
-		q.rank.prefillBlocks -= q.prefillBlocks
-		q.rank.prefillTokens -= q.prefillTokens
-		q.rank.decodeBlocks += q.decodeBlocks
-	}
+	q.markPrefillDone()
 	return nil
 }
 

@@ -65,25 +65,27 @@ func (r *Router) routeLocked(p *Prompt, s *scratch, requestID string, temperatur
 	pick := r.choose(s.costs, temperature)
 	dec := newDecision(ranks, s, pick, maxCandidates)
 	chosen := ranks[s.cands[pick]]
+	pb, pt, db := r.loadOf(p, s, dec.Matched)
 	if requestID != "" {
-		if err := r.addLoad(p, s, chosen, dec.Matched, requestID, now); err != nil {
+		if err := r.load.add(requestID, chosen, pb, pt, db, now.Add(r.cfg.RequestTTL)); err != nil {
 			return nil, err
 		}
 	}
-	r.predictChosen(s, chosen, dec.Matched, now)
+	predicted := r.predictChosen(s, chosen, dec.Matched, now)
+	r.reportRoute(requestID, chosen, pb, pt, db, predicted) // replicas (replica.go)
 	return dec, nil
 }
 
-// addLoad makes requestID active load on chosen: the prompt's blocks and
-// tokens past the matched prefix as prefill until MarkPrefillDone, then all
-// its blocks as decode until MarkFinished or RequestTTL.
-func (r *Router) addLoad(p *Prompt, s *scratch, chosen *rank, matched uint32, requestID string, now time.Time) error {
+// loadOf is the load a routed request puts on its rank: the prompt's blocks
+// and tokens past the matched prefix as prefill until MarkPrefillDone, then
+// all its blocks as decode until MarkFinished or RequestTTL.
+func (r *Router) loadOf(p *Prompt, s *scratch, matched uint32) (prefillBlocks, prefillTokens, decodeBlocks int64) {
 	uncached := uint32(len(s.hashes)) - matched
 	uncachedTokens := int64(len(p.Tokens)) - int64(matched)*int64(r.cfg.BlockSize)
 	if len(p.Tokens) == 0 {
 		uncachedTokens = int64(uncached) * int64(r.cfg.BlockSize)
 	}
-	return r.load.add(requestID, chosen, int64(uncached), uncachedTokens, int64(len(s.hashes)), now.Add(r.cfg.RequestTTL))
+	return int64(uncached), uncachedTokens, int64(len(s.hashes))
 }
 
 // predictChosen records the prompt's blocks in the overlay as held by chosen.
@@ -91,14 +93,19 @@ func (r *Router) addLoad(p *Prompt, s *scratch, chosen *rank, matched uint32, re
 // index holds: enough for a burst sharing a new prefix to land together,
 // without a long prompt's tail costing hundreds of overlay updates on every
 // Route.
-func (r *Router) predictChosen(s *scratch, chosen *rank, matched uint32, now time.Time) {
+// It returns the keys predicted.
+func (r *Router) predictChosen(s *scratch, chosen *rank, matched uint32, now time.Time) []uint64 {
 	uncached := uint32(len(s.hashes)) - matched
+	var keys []uint64
 	switch {
 	case chosen.approximate && len(s.chain) > 0:
 		// LRU: the prompt's blocks the rank already holds are refreshed too.
-		r.overlay.predict(chosen, s.chain[:min(len(s.chain), r.cfg.PredictionMaxBlocks)], now)
+		keys = s.chain[:min(len(s.chain), r.cfg.PredictionMaxBlocks)]
 	case uncached > 0 && !r.cfg.DisablePrediction && !chosen.approximate:
-		end := min(len(s.chain), int(matched)+r.cfg.PredictionMaxBlocks)
-		r.overlay.predict(chosen, s.chain[matched:end], now)
+		keys = s.chain[matched:min(len(s.chain), int(matched)+r.cfg.PredictionMaxBlocks)]
 	}
+	if len(keys) > 0 {
+		r.overlay.predict(chosen, keys, now)
+	}
+	return keys
 }

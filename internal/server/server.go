@@ -336,7 +336,7 @@ func (s *Server) Register(w *kvrouterv1.Worker, source Source, store bool) error
 	if store && s.store != nil {
 		if err := s.store.Put(stored, source); err != nil {
 			s.unfollow(w)
-			return status.Errorf(codes.Unavailable, "registry not saved, worker not registered: %v", err)
+			return storeError(err)
 		}
 	}
 	s.workers[w.WorkerId] = registration{w: stored, source: source}

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
+)
+
+// startReplica starts a router in cluster mode on ns.
+func startReplica(t *testing.T, ns *natstest.Server, id string, args ...string) *router {
+	t.Helper()
+	return startRouter(t, append([]string{"--nats-url", ns.URL(), "--replica-id", id}, args...)...)
+}
+
+// poll calls cond until it holds, failing the test after 20s.
+func poll(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("not within 20s: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func ctx10(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// loadOn is the active prefill blocks the router reports for each worker
+// of model m, read from a Route without a request id (which adds no load).
+func loadOn(t *testing.T, r *router, tokens []uint32) map[string]float64 {
+	t.Helper()
+	d, err := kvrouterv1.NewRouterClient(dial(t, r.grpcAddr)).Route(ctx10(t), &kvrouterv1.RouteRequest{
+		Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: tokens}, MaxCandidates: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, c := range d.GetCandidates() {
+		out[c.GetWorkerId()] = c.GetPrefillBlocks()
+	}
+	return out
+}
+
+func seqTokens(base, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(base + i)
+	}
+	return out
+}
+
+// TestClusterRegistryAndMarks: a registration on one replica is routable on
+// the other; a Route's load on A shows on B; MarkFinished sent to B ends it
+// on A; an unregistration on B reaches A.
+func TestClusterRegistryAndMarks(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns, "a")
+	b := startReplica(t, ns, "b")
+	regA := kvrouterv1.NewRegistryClient(dial(t, a.grpcAddr))
+	for _, id := range []string{"w1", "w2"} {
+		if _, err := regA.RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{Worker: &kvrouterv1.Worker{
+			WorkerId: id, Model: "m", Endpoint: id + ":8000"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := poll(t, "B lists A's registrations", func() bool { return len(listWorkers(t, b)) == 2 })
+	t.Logf("registration on A listed on B after %v", took)
+
+	toks := seqTokens(1, 8*16)
+	d, err := kvrouterv1.NewRouterClient(dial(t, a.grpcAddr)).Route(ctx10(t), &kvrouterv1.RouteRequest{
+		Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: toks}, RequestId: "req-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "A's Route is load on B", func() bool { return loadOn(t, b, toks)[d.GetWorkerId()] == 8 })
+
+	// The gateway's MarkFinished lands on B.
+	if _, err := kvrouterv1.NewRouterClient(dial(t, b.grpcAddr)).MarkFinished(ctx10(t), &kvrouterv1.RequestRef{RequestId: "req-1"}); err != nil {
+		t.Fatalf("MarkFinished on the other replica: %v", err)
+	}
+	poll(t, "the finish on B ends the load on A", func() bool { return loadOn(t, a, toks)[d.GetWorkerId()] == 0 })
+
+	if _, err := kvrouterv1.NewRegistryClient(dial(t, b.grpcAddr)).UnregisterWorker(ctx10(t), &kvrouterv1.UnregisterWorkerRequest{WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "A drops the worker B unregistered", func() bool { _, ok := listWorkers(t, a)["w1"]; return !ok })
+
+	// The registry outlives every replica: a replica started after both
+	// stopped lists w2.
+	a.cmd.Process.Kill()
+	b.cmd.Process.Kill()
+	<-a.exited
+	<-b.exited
+	c := startReplica(t, ns, "c")
+	if got := listWorkers(t, c); len(got) != 1 || got["w2"] != "api" {
+		t.Fatalf("after every replica stopped, a new one lists %v; want w2 (api)", got)
+	}
+}
+
+// TestClusterRegisterRace: two replicas register the same id with
+// different endpoints at once, many times: one registration wins each
+// time, the other is refused, and both replicas end on the winner.
+func TestClusterRegisterRace(t *testing.T) {
+	ns := natstest.Start(t)
+	rs := []*router{startReplica(t, ns, "a"), startReplica(t, ns, "b")}
+	clients := []kvrouterv1.RegistryClient{kvrouterv1.NewRegistryClient(dial(t, rs[0].grpcAddr)), kvrouterv1.NewRegistryClient(dial(t, rs[1].grpcAddr))}
+	for round := range 10 {
+		id := fmt.Sprintf("w%d", round)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			wg.Go(func() {
+				_, errs[i] = c.RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{Worker: &kvrouterv1.Worker{
+					WorkerId: id, Model: "m", Endpoint: fmt.Sprintf("host-%d:8000", i)}})
+			})
+		}
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch status.Code(err) {
+			case codes.OK:
+				if winner >= 0 {
+					t.Fatalf("round %d: both registrations of %s succeeded", round, id)
+				}
+				winner = i
+			case codes.InvalidArgument: // the loser: already registered
+			default:
+				t.Fatalf("round %d: register on replica %d: %v", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: neither registration of %s succeeded: %v", round, id, errs)
+		}
+		want := fmt.Sprintf("host-%d:8000", winner)
+		for _, r := range rs {
+			poll(t, "both replicas hold the winner", func() bool { return endpointOf(t, r, id) == want })
+		}
+	}
+}
+
+func endpointOf(t *testing.T, r *router, id string) string {
+	t.Helper()
+	lw, err := kvrouterv1.NewRegistryClient(dial(t, r.grpcAddr)).ListWorkers(ctx10(t), &kvrouterv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range lw.GetWorkers() {
+		if w.GetWorker().GetWorkerId() == id {
+			return w.GetWorker().GetEndpoint()
+		}
+	}
+	return ""
+}
+
+// TestClusterNATSOutage: NATS stops while Routes and marks flow through
+// both replicas; they go on routing, report the outage on the
+// kvrouter.cluster health service, and agree on the load once NATS is back.
+func TestClusterNATSOutage(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns, "a")
+	b := startReplica(t, ns, "b")
+	reg := kvrouterv1.NewRegistryClient(dial(t, a.grpcAddr))
+	for _, id := range []string{"w1", "w2", "w3"} {
+		if _, err := reg.RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{Worker: &kvrouterv1.Worker{WorkerId: id, Model: "m"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, "B lists the workers", func() bool { return len(listWorkers(t, b)) == 3 })
+	rc := []kvrouterv1.RouterClient{kvrouterv1.NewRouterClient(dial(t, a.grpcAddr)), kvrouterv1.NewRouterClient(dial(t, b.grpcAddr))}
+	n := 0
+	routeSome := func(k int) {
+		for range k {
+			id := fmt.Sprintf("r%d", n)
+			if _, err := rc[n%2].Route(ctx10(t), &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: seqTokens(n*1000, 64)}, RequestId: id}); err != nil {
+				t.Fatalf("route %s: %v", id, err)
+			}
+			if n%3 == 0 { // finished on the other replica
+				if _, err := rc[(n+1)%2].MarkFinished(ctx10(t), &kvrouterv1.RequestRef{RequestId: id}); err != nil {
+					t.Fatalf("finish %s: %v", id, err)
+				}
+			}
+			n++
+		}
+	}
+	routeSome(30)
+	ns.Stop()
+	for _, r := range []*router{a, b} {
+		poll(t, "the outage shows on kvrouter.cluster health", func() bool { return clusterHealth(t, r) == healthpb.HealthCheckResponse_NOT_SERVING })
+		if st := overallHealth(t, r); st != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("overall health during the NATS outage: %v; want SERVING (routing goes on)", st)
+		}
+	}
+	routeSome(30) // on local state
+	ns.Restart()
+	for _, r := range []*router{a, b} {
+		poll(t, "kvrouter.cluster SERVING again", func() bool { return clusterHealth(t, r) == healthpb.HealthCheckResponse_SERVING })
+	}
+	routeSome(10)
+	toks := seqTokens(7_000_000, 64)
+	var la, lb map[string]float64
+	defer func() {
+		if t.Failed() {
+			t.Logf("load on A %v, on B %v\nA:\n%s\nB:\n%s", la, lb, a.stderrTail, b.stderrTail)
+		}
+	}()
+	poll(t, "both replicas agree on every worker's load after the outage", func() bool {
+		la, lb = loadOn(t, a, toks), loadOn(t, b, toks)
+		for w, v := range la {
+			if lb[w] != v {
+				return false
+			}
+		}
+		return len(la) == 3
+	})
+	if v := metricValue(t, a.httpAddr, "kvrouter_cluster_disconnects_total"); v < 1 {
+		t.Fatalf("kvrouter_cluster_disconnects_total = %v after an outage", v)
+	}
+}
+
+func clusterHealth(t *testing.T, r *router) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	resp, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Check(ctx10(t), &healthpb.HealthCheckRequest{Service: clusterHealthService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
+}
+
+func overallHealth(t *testing.T, r *router) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	resp, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Check(ctx10(t), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
+}
+
+// TestClusterUnreachableNATS: a router pointed at a NATS URL where nothing
+// listens exits with a clear error, in bounded time.
+func TestClusterUnreachableNATS(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + l.Addr().String()
+	l.Close()
+	start := time.Now()
+	out, err := exec.Command(binary, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
+		"--nats-url", url, "--nats-connect-timeout", "1s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--nats-url") || !strings.Contains(string(out), url) {
+		t.Fatalf("router with unreachable NATS: err=%v output=%s; want an error naming --nats-url and the URL", err, out)
+	}
+	t.Logf("failed after %v: %s", time.Since(start), strings.TrimSpace(string(out)))
+}
+
+// metricValue reads an unlabelled metric (or the sum of a labelled one's
+// series) from /metrics.
+func metricValue(t *testing.T, httpAddr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}

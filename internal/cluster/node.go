@@ -1,0 +1,295 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures Connect.
+type Config struct {
+	// URL is the NATS server URL (a comma-separated list is tried in
+	// turn). Required.
+	URL string
+	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	CredsFile string
+	// TLS: a CA bundle to verify the server with, and a client certificate
+	// and key for mTLS. Empty fields are not used.
+	TLSCA, TLSCert, TLSKey string
+	// Prefix names the bucket, object store and subjects: <prefix>-registry,
+	// <prefix>-snapshots, <prefix>.load.<replica>, <prefix>.state.<replica>.
+	// Default "kvrouter".
+	Prefix string
+	// ReplicaID names this replica on the subjects; letters, digits, '-'
+	// and '_'. Required.
+	ReplicaID string
+	// Replicas is the JetStream replica count of the bucket and the object
+	// store when this replica creates them (1..5; default 1). An existing
+	// bucket keeps its own.
+	Replicas int
+	// ConnectTimeout bounds Connect: the dial and the bucket set-up.
+	// Default 5s.
+	ConnectTimeout time.Duration
+	// FlushInterval is how long a change may wait to be batched with
+	// others before it is published. Default 1ms.
+	FlushInterval time.Duration
+	// MaxBatchBytes flushes a batch that reaches it. Default 64 KiB.
+	MaxBatchBytes int
+	// HeartbeatInterval is how often a replica publishes its digest (and
+	// an empty batch when idle), so others notice a gap or drift. Default 1s.
+	HeartbeatInterval time.Duration
+	// BootstrapWait is how long a starting replica collects the other
+	// replicas' load state. Default 300ms.
+	BootstrapWait time.Duration
+	// SnapshotsKept is how many snapshot objects the object store keeps
+	// (the newest). Default 3.
+	SnapshotsKept int
+	// OnStatus, when set, is called when the connection to NATS is lost
+	// (false) and back (true).
+	OnStatus func(connected bool)
+	// Logger receives connection changes and refusals; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the kvrouter_cluster_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultPrefix is the default Config.Prefix.
+const DefaultPrefix = "kvrouter"
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, errors.New("cluster: Config.URL is required")
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if !tokenRE.MatchString(c.Prefix) {
+		return c, fmt.Errorf("cluster: prefix %q: want letters, digits, '-' and '_'", c.Prefix)
+	}
+	if !tokenRE.MatchString(c.ReplicaID) {
+		return c, fmt.Errorf("cluster: replica id %q: want letters, digits, '-' and '_' (it is a NATS subject token)", c.ReplicaID)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return c, errors.New("cluster: the NATS TLS client certificate and key go together")
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return c, fmt.Errorf("cluster: replicas %d: want 1..5", c.Replicas)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ConnectTimeout, 5*time.Second)
+	def(&c.FlushInterval, time.Millisecond)
+	def(&c.HeartbeatInterval, time.Second)
+	def(&c.BootstrapWait, 300*time.Millisecond)
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 64 << 10
+	}
+	if c.SnapshotsKept <= 0 {
+		c.SnapshotsKept = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Node is this replica's membership of the cluster: its NATS connection,
+// the registry bucket, the snapshot store and the load sync.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	nc      *nats.Conn
+	kv      jetstream.KeyValue
+	obs     jetstream.ObjectStore
+	metrics *metrics
+	epoch   uint64
+
+	connected atomic.Bool
+	pub       publisher
+	sync      loadSync
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Connect dials NATS, creates (or opens) the registry bucket and the
+// snapshot store, and starts the change publisher. An unreachable server,
+// a refused login or a server without JetStream is an error within
+// Config.ConnectTimeout. Once connected, a lost connection is retried for
+// ever (Config.OnStatus and the kvrouter_cluster_connected metric tell).
+func Connect(cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, metrics: m, epoch: uint64(time.Now().UnixNano()), stop: make(chan struct{})}
+	n.pub.init(n)
+	n.sync.init(n)
+	opts := []nats.Option{
+		nats.Name("kvrouter " + cfg.ReplicaID),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.NoEcho(),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(n.onDisconnect),
+		nats.ReconnectHandler(n.onReconnect),
+		nats.ErrorHandler(n.onAsyncError),
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	n.nc, err = nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect to NATS at %s: %w", cfg.URL, err)
+	}
+	if err := n.openBuckets(); err != nil {
+		n.nc.Close()
+		return nil, err
+	}
+	n.setConnected(true)
+	n.wg.Go(n.pub.run)
+	return n, nil
+}
+
+func (n *Node) openBuckets() error {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ConnectTimeout)
+	defer cancel()
+	n.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      n.registryBucket(),
+		Description: "kvrouter worker registry: a key per worker id",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: registry bucket %s: %w", n.registryBucket(), err)
+	}
+	n.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      n.snapshotBucket(),
+		Description: "kvrouter index snapshots, one object per replica",
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot store %s: %w", n.snapshotBucket(), err)
+	}
+	return nil
+}
+
+func (n *Node) registryBucket() string { return n.cfg.Prefix + "-registry" }
+func (n *Node) snapshotBucket() string { return n.cfg.Prefix + "-snapshots" }
+func (n *Node) loadSubject(id string) string {
+	return n.cfg.Prefix + ".load." + id
+}
+func (n *Node) stateSubject(id string) string {
+	if id == "" {
+		return n.cfg.Prefix + ".state"
+	}
+	return n.cfg.Prefix + ".state." + id
+}
+
+// ReplicaID is this replica's id.
+func (n *Node) ReplicaID() string { return n.cfg.ReplicaID }
+
+// Connected reports whether the NATS connection is up.
+func (n *Node) Connected() bool { return n.connected.Load() }
+
+func (n *Node) setConnected(up bool) {
+	if n.connected.Swap(up) == up {
+		return
+	}
+	if up {
+		n.metrics.connected.Set(1)
+	} else {
+		n.metrics.connected.Set(0)
+	}
+	if n.cfg.OnStatus != nil {
+		n.cfg.OnStatus(up)
+	}
+}
+
+func (n *Node) onDisconnect(_ *nats.Conn, err error) {
+	select {
+	case <-n.stop:
+		return // closing
+	default:
+	}
+	n.metrics.disconnects.Inc()
+	n.log.Warn("NATS connection lost; routing goes on from local state, load is resynchronised when it is back", "err", err)
+	n.setConnected(false)
+}
+
+func (n *Node) onReconnect(nc *nats.Conn) {
+	n.log.Info("NATS connection back; resynchronising load", "server", nc.ConnectedUrlRedacted())
+	n.setConnected(true)
+	n.sync.lost(resyncLost)
+}
+
+func (n *Node) onAsyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		n.metrics.slowConsumer.Inc()
+		n.log.Warn("NATS slow consumer: load changes were dropped; resynchronising", "subject", subjectOf(sub))
+		n.sync.lost(resyncLost)
+		return
+	}
+	n.log.Warn("NATS error", "subject", subjectOf(sub), "err", err)
+}
+
+func subjectOf(sub *nats.Subscription) string {
+	if sub == nil {
+		return ""
+	}
+	return sub.Subject
+}
+
+// Close stops the load sync, flushes what is queued and closes the
+// connection.
+func (n *Node) Close() error {
+	select {
+	case <-n.stop:
+		return nil
+	default:
+	}
+	close(n.stop)
+	n.wg.Wait()
+	n.sync.close()
+	err := n.nc.FlushTimeout(time.Second)
+	n.nc.Close()
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("cluster: flush on close: %w", err)
+	}
+	return nil
+}

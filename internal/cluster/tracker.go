@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"slices"
+	"time"
+)
+
+// tracker follows, for each other replica (origin), the sequence of its
+// changes messages, and decides what a receiver does with each: apply it,
+// drop it as a duplicate, or apply it and ask the origin for its whole
+// state because changes were (or may have been) missed. It does no I/O.
+type tracker struct {
+	origins map[string]*originState
+}
+
+type originState struct {
+	epoch    uint64
+	seq      uint64 // last seq applied (or covered by a state reply)
+	mismatch int    // consecutive digests that disagreed
+	lastSeen time.Time
+}
+
+// verdict is what to do with a message.
+type verdict struct {
+	apply  bool
+	resync string // non-empty: ask the origin for its state, for this reason
+}
+
+// Reasons to resynchronise.
+const (
+	resyncNew       = "new"       // an origin first heard mid-stream
+	resyncEpoch     = "epoch"     // the origin restarted mid-stream
+	resyncGap       = "gap"       // a seq was skipped
+	resyncDigest    = "digest"    // digests disagreed twice running
+	resyncLost      = "lost"      // a reconnect or a slow consumer: anything may be missed
+	resyncBootstrap = "bootstrap" // this replica just started
+)
+
+func newTracker() *tracker { return &tracker{origins: make(map[string]*originState)} }
+
+// changes judges a changes message of origin.
+func (t *tracker) changes(origin string, epoch, seq uint64, now time.Time) verdict {
+	o := t.origins[origin]
+	switch {
+	case o == nil:
+		t.origins[origin] = &originState{epoch: epoch, seq: seq, lastSeen: now}
+		if seq == 1 {
+			return verdict{apply: true} // its first message: nothing before it to miss
+		}
+		return verdict{apply: true, resync: resyncNew}
+	case epoch != o.epoch:
+		*o = originState{epoch: epoch, seq: seq, lastSeen: now}
+		if seq == 1 {
+			return verdict{apply: true}
+		}
+		return verdict{apply: true, resync: resyncEpoch}
+	}
+	o.lastSeen = now
+	switch {
+	case seq <= o.seq:
+		return verdict{}
+	case seq == o.seq+1:
+		o.seq = seq
+		return verdict{apply: true}
+	}
+	o.seq = seq
+	return verdict{apply: true, resync: resyncGap}
+}
+
+// digest compares an origin's digest, sent with seq, with the receiver's
+// sum of that origin's requests after applying seq. One disagreement can be
+// a change in flight (a mark made on a third replica reaches the two at
+// different times); two running call for a resync.
+func (t *tracker) digest(origin string, epoch uint64, remote, local Digest) verdict {
+	o := t.origins[origin]
+	if o == nil || o.epoch != epoch {
+		return verdict{}
+	}
+	if remote == local {
+		o.mismatch = 0
+		return verdict{}
+	}
+	o.mismatch++
+	if o.mismatch < 2 {
+		return verdict{}
+	}
+	o.mismatch = 0
+	return verdict{resync: resyncDigest}
+}
+
+// synced records a state reply of origin taken at seq: messages up to seq
+// are covered by it.
+func (t *tracker) synced(origin string, epoch, seq uint64, now time.Time) {
+	o := t.origins[origin]
+	if o == nil || o.epoch != epoch {
+		t.origins[origin] = &originState{epoch: epoch, seq: seq, lastSeen: now}
+		return
+	}
+	o.seq = max(o.seq, seq)
+	o.mismatch = 0
+	o.lastSeen = now
+}
+
+// known returns the origins heard from, sorted: after a reconnect each is
+// asked for its state.
+func (t *tracker) known() []string {
+	out := make([]string, 0, len(t.origins))
+	for id := range t.origins {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prune forgets the origins not heard from for idle (a replica that
+// stopped), and returns them.
+func (t *tracker) prune(now time.Time, idle time.Duration) []string {
+	var gone []string
+	for id, o := range t.origins {
+		if now.Sub(o.lastSeen) > idle {
+			gone = append(gone, id)
+			delete(t.origins, id)
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestTracker runs testdata/tracker: each command is one input to the
+// tracker, its output the verdict.
+//
+//	changes origin=A epoch=1 seq=3     a changes message
+//	digest origin=A epoch=1 remote=2 local=3   a digest (counts; sums equal the counts)
+//	synced origin=A epoch=1 seq=7      a state reply taken at seq 7
+//	advance d=10m                      the clock moves
+//	prune idle=5m                      forget silent origins
+//	known
+func TestTracker(t *testing.T) {
+	tr := newTracker()
+	now := time.Unix(1_800_000_000, 0)
+	datadriven.RunTest(t, "testdata/tracker", func(t *testing.T, d *datadriven.TestData) string {
+		var origin string
+		var epoch, seq uint64
+		if d.HasArg("origin") {
+			d.ScanArgs(t, "origin", &origin)
+		}
+		if d.HasArg("epoch") {
+			d.ScanArgs(t, "epoch", &epoch)
+		}
+		if d.HasArg("seq") {
+			d.ScanArgs(t, "seq", &seq)
+		}
+		switch d.Cmd {
+		case "changes":
+			return verdictString(tr.changes(origin, epoch, seq, now))
+		case "digest":
+			var remote, local uint64
+			d.ScanArgs(t, "remote", &remote)
+			d.ScanArgs(t, "local", &local)
+			return verdictString(tr.digest(origin, epoch, Digest{remote, remote}, Digest{local, local}))
+		case "synced":
+			tr.synced(origin, epoch, seq, now)
+			return "ok"
+		case "advance":
+			var s string
+			d.ScanArgs(t, "d", &s)
+			dur, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(dur)
+			return "ok"
+		case "prune":
+			var s string
+			d.ScanArgs(t, "idle", &s)
+			idle, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("forgot %v", tr.prune(now, idle))
+		case "known":
+			return strings.Join(tr.known(), " ")
+		}
+		t.Fatalf("unknown command %q", d.Cmd)
+		return ""
+	})
+}
+
+func verdictString(v verdict) string {
+	var parts []string
+	if v.apply {
+		parts = append(parts, "apply")
+	} else if v.resync == "" {
+		parts = append(parts, "drop")
+	}
+	if v.resync != "" {
+		parts = append(parts, "resync "+v.resync)
+	}
+	return strings.Join(parts, ", ")
+}
