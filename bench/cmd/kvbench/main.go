@@ -213,7 +213,7 @@ func parseFraction(s string) (float64, error) {
 	return v, nil
 }
 
-// syncModes is --sync: true, false or both (a bool flag, so plain --sync works).
+// syncModes is --sync: true, false or both.
 type syncModes []bool
 
 func (m *syncModes) String() string {
@@ -238,8 +238,6 @@ func (m *syncModes) Set(s string) error {
 	*m = syncModes{b}
 	return nil
 }
-
-func (m *syncModes) IsBoolFlag() bool { return true }
 
 func runCompare(ctx context.Context, args []string) error {
 	run, err := parseCompare(args)
