@@ -121,7 +121,7 @@ type CompareConfig struct {
 	// mode on an embedded NATS server (true) or as independent routers each
 	// registered with every engine (false, the ablation). Empty: [true].
 	Sync []bool
-	// Marks is where the gateway sends marks (MarksRoundRobin by default).
+	// Marks is where the gateway sends marks (MarksSpread by default).
 	Marks string
 	// KillAt, in (0, 1), sends replica KillReplica SIGKILL once that fraction
 	// of the requests has been routed, in runs with more than one replica;
@@ -174,11 +174,18 @@ type PolicyResult struct {
 	// over the Routes, in microseconds.
 	RouterCPUSeconds  float64 `json:"router_cpu_seconds,omitempty"`
 	RouterCPUPerRoute float64 `json:"router_cpu_us_per_route,omitempty"`
-	// NATS is the embedded server's traffic during the replay (cluster mode).
-	NATS              *NATSTraffic  `json:"nats,omitempty"`
-	NATSMsgsPerRoute  float64       `json:"nats_msgs_per_route,omitempty"`
-	NATSBytesPerRoute float64       `json:"nats_bytes_per_route,omitempty"`
-	Gateway           *GatewayStats `json:"gateway,omitempty"`
+	// NATS is the embedded server's traffic during the replay (cluster mode),
+	// in and out, less what it sent kvbench's own tap; NATSPublished is
+	// what was published, by kind of subject (load, state, registry,
+	// snapshots, jetstream-api, ...), and Load* the load subjects' share
+	// per Route.
+	NATS              *NATSTraffic        `json:"nats,omitempty"`
+	NATSMsgsPerRoute  float64             `json:"nats_msgs_per_route,omitempty"`
+	NATSBytesPerRoute float64             `json:"nats_bytes_per_route,omitempty"`
+	NATSPublished     map[string]NATSFlow `json:"nats_published,omitempty"`
+	LoadMsgsPerRoute  float64             `json:"nats_load_msgs_published_per_route,omitempty"`
+	LoadBytesPerRoute float64             `json:"nats_load_bytes_published_per_route,omitempty"`
+	Gateway           *GatewayStats       `json:"gateway,omitempty"`
 	// Split is the hit rate before and after the KillAt point; Failover what
 	// the kill did, in runs that killed a replica.
 	Split    *HitSplit `json:"split,omitempty"`

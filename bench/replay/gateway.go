@@ -18,10 +18,11 @@ import (
 
 // Where a Gateway sends a request's MarkPrefillDone and MarkFinished.
 const (
-	// MarksRoundRobin sends every call to the next replica in turn, so a
-	// request's marks usually reach another replica than its Route: what a
-	// stateless gateway fleet does.
-	MarksRoundRobin = "round-robin"
+	// MarksSpread sends each mark to a replica picked by a hash of the
+	// request id and the mark, independent of where its Route went, so with
+	// N replicas (N-1)/N of the marks reach another replica than the Route:
+	// what a fleet of stateless gateways does.
+	MarksSpread = "spread"
 	// MarksOrigin sends them to the replica that answered the Route (the next
 	// live one when it is down): a sticky gateway.
 	MarksOrigin = "origin"
@@ -31,7 +32,7 @@ const (
 type GatewayConfig struct {
 	// Addrs are the replicas' gRPC addresses.
 	Addrs []string
-	// Marks is MarksRoundRobin (default) or MarksOrigin.
+	// Marks is MarksSpread (default) or MarksOrigin.
 	Marks string
 	// DownFor is how long a replica that failed with Unavailable is skipped
 	// (outlier ejection; default 1 s). When every replica is down the
@@ -41,8 +42,9 @@ type GatewayConfig struct {
 	AttemptTimeout time.Duration
 }
 
-// Gateway spreads Route, MarkPrefillDone and MarkFinished over replicas
-// round-robin, as an API gateway in front of several routers would, and
+// Gateway spreads Route over replicas round-robin and MarkPrefillDone and
+// MarkFinished as Marks says, as API gateways in front of several routers
+// would, and
 // retries a call that failed because its replica is unreachable (gRPC
 // Unavailable, or its attempt timed out) on the next one. Other errors
 // (NotFound for a mark the replica does not know) are returned as they are.
@@ -53,7 +55,6 @@ type Gateway struct {
 	conns     []*grpc.ClientConn
 	clients   []kvrouterv1.RouterClient
 	next      atomic.Uint64  // Route turns
-	nextMark  atomic.Uint64  // mark turns, separate so Routes alternate evenly
 	downUntil []atomic.Int64 // unix nanoseconds
 	origin    sync.Map       // request id -> replica index (MarksOrigin)
 
@@ -100,10 +101,10 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	switch cfg.Marks {
 	case "":
-		cfg.Marks = MarksRoundRobin
-	case MarksRoundRobin, MarksOrigin:
+		cfg.Marks = MarksSpread
+	case MarksSpread, MarksOrigin:
 	default:
-		return nil, fmt.Errorf("gateway: marks %q: want %s or %s", cfg.Marks, MarksRoundRobin, MarksOrigin)
+		return nil, fmt.Errorf("gateway: marks %q: want %s or %s", cfg.Marks, MarksSpread, MarksOrigin)
 	}
 	if cfg.DownFor == 0 {
 		cfg.DownFor = time.Second
@@ -193,6 +194,20 @@ func (g *Gateway) nextStart(turn *atomic.Uint64) int {
 	return int((turn.Add(1) - 1) % uint64(len(g.clients)))
 }
 
+// spread is the replica a mark goes to under MarksSpread: FNV-1a of the
+// request id and the mark.
+func (g *Gateway) spread(id string, finished bool) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint64(id[i])) * 1099511628211
+	}
+	if finished {
+		h = (h ^ 'f') * 1099511628211
+	}
+	h ^= h >> 29 // FNV's low bits mix poorly for short keys
+	return int(h % uint64(len(g.clients)))
+}
+
 // Chooser is a ChooseFunc asking the replicas' Route in turn (with
 // request_id, so the routers track the request's load).
 func (g *Gateway) Chooser(f *Fleet, model string) ChooseFunc {
@@ -257,7 +272,7 @@ func (g *Gateway) mark(ctx context.Context, in *kvrouterv1.RequestRef, finished 
 		}
 	}
 	if start < 0 {
-		start = g.nextStart(&g.nextMark)
+		start = g.spread(in.RequestId, finished)
 	}
 	var ack *kvrouterv1.Ack
 	_, err := g.call(ctx, start, &g.markRetries, func(ctx context.Context, c kvrouterv1.RouterClient) error {

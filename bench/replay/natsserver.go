@@ -3,9 +3,12 @@ package replay
 import (
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // NATS is an embedded nats-server with JetStream on a temporary directory,
@@ -90,3 +93,114 @@ func (n *NATS) Close() {
 	n.srv.WaitForShutdown()
 	os.RemoveAll(n.dir)
 }
+
+// NATSFlow counts messages and bytes (subject, reply, headers and payload as
+// received) published on one kind of subject.
+type NATSFlow struct {
+	Msgs  int64 `json:"msgs"`
+	Bytes int64 `json:"bytes"`
+}
+
+// NATSTap subscribes to every subject of the account and counts what was
+// published, by kind of subject, so a run can tell the load sync from the
+// registry, the snapshots and JetStream's own requests. Its deliveries are
+// traffic it adds; Own reads them from the server so they can be subtracted.
+type NATSTap struct {
+	srv    *natsserver.Server
+	nc     *nats.Conn
+	prefix string
+	mu     sync.Mutex
+	kinds  map[string]*NATSFlow
+}
+
+// Tap connects a counting subscriber; prefix is the routers' --nats-prefix.
+func (n *NATS) Tap(prefix string) (*NATSTap, error) {
+	nc, err := nats.Connect(n.URL(), nats.Name("kvbench tap"))
+	if err != nil {
+		return nil, fmt.Errorf("nats tap: %w", err)
+	}
+	t := &NATSTap{srv: n.srv, nc: nc, prefix: prefix, kinds: map[string]*NATSFlow{}}
+	sub, err := nc.Subscribe(">", t.count)
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1) // never a slow consumer: it must see everything
+	}
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats tap: subscribe: %w", err)
+	}
+	return t, nil
+}
+
+func (t *NATSTap) count(m *nats.Msg) {
+	size := int64(len(m.Subject) + len(m.Reply) + len(m.Data))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	k := t.kind(m.Subject)
+	t.mu.Lock()
+	f := t.kinds[k]
+	if f == nil {
+		f = &NATSFlow{}
+		t.kinds[k] = f
+	}
+	f.Msgs++
+	f.Bytes += size
+	t.mu.Unlock()
+}
+
+// kind names a subject's role.
+func (t *NATSTap) kind(subject string) string {
+	for _, c := range []struct{ prefix, kind string }{
+		{t.prefix + ".load.", "load"},
+		{t.prefix + ".state", "state"},
+		{"$KV.", "registry"},
+		{"$O.", "snapshots"},
+		{"$JS.API.", "jetstream-api"},
+		{"$JS.", "jetstream-other"},
+		{"_INBOX.", "replies"},
+	} {
+		if strings.HasPrefix(subject, c.prefix) {
+			return c.kind
+		}
+	}
+	return "other"
+}
+
+// Flows returns the counts so far, by kind.
+func (t *NATSTap) Flows() map[string]NATSFlow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]NATSFlow, len(t.kinds))
+	for k, f := range t.kinds {
+		out[k] = *f
+	}
+	return out
+}
+
+// Own is the traffic the server sent the tap (to subtract from Traffic).
+func (t *NATSTap) Own() (NATSTraffic, error) {
+	if err := t.nc.Flush(); err != nil {
+		return NATSTraffic{}, fmt.Errorf("nats tap: flush: %w", err)
+	}
+	cid, err := t.nc.GetClientID()
+	if err != nil {
+		return NATSTraffic{}, fmt.Errorf("nats tap: %w", err)
+	}
+	cz, err := t.srv.Connz(&natsserver.ConnzOptions{CID: cid})
+	if err != nil {
+		return NATSTraffic{}, fmt.Errorf("nats tap: connz: %w", err)
+	}
+	if len(cz.Conns) != 1 {
+		return NATSTraffic{}, fmt.Errorf("nats tap: connz: %d connections with cid %d", len(cz.Conns), cid)
+	}
+	c := cz.Conns[0]
+	return NATSTraffic{InMsgs: c.InMsgs, OutMsgs: c.OutMsgs, InBytes: c.InBytes, OutBytes: c.OutBytes}, nil
+}
+
+// Close disconnects the tap.
+func (t *NATSTap) Close() { t.nc.Close() }

@@ -56,7 +56,7 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
+	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tload pub msgs/route\tload pub bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
 	for _, p := range r.Results {
 		per, retries, failed, nf, mf := "-", "-", "-", "-", "-"
 		if g := p.Gateway; g != nil {
@@ -68,12 +68,13 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 			retries, failed = fmt.Sprint(g.RouteRetries+g.MarkRetries), fmt.Sprint(g.RoutesFailed)
 			nf, mf = fmt.Sprint(g.MarksNotFound), fmt.Sprint(g.MarksFailed)
 		}
-		cpu, msgs, bytes := "-", "-", "-"
+		cpu, msgs, bytes, lmsgs, lbytes := "-", "-", "-", "-", "-"
 		if p.RouterCPUPerRoute > 0 {
 			cpu = fmt.Sprintf("%.0f", p.RouterCPUPerRoute)
 		}
 		if p.NATS != nil {
 			msgs, bytes = fmt.Sprintf("%.1f", p.NATSMsgsPerRoute), fmt.Sprintf("%.0f", p.NATSBytesPerRoute)
+			lmsgs, lbytes = fmt.Sprintf("%.2f", p.LoadMsgsPerRoute), fmt.Sprintf("%.0f", p.LoadBytesPerRoute)
 		}
 		lag := "-"
 		if l := p.SyncLag; l != nil && l.Lag.N > 0 {
@@ -86,8 +87,8 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 		if f := p.Failover; f != nil {
 			killed = fmt.Sprintf("#%d at req %d (%d in flight)", f.Replica, f.AtRequest, f.RoutesInFlight)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			p.Label(), per, retries, failed, nf, mf, cpu, msgs, bytes, lag, before, after, killed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Label(), per, retries, failed, nf, mf, cpu, msgs, bytes, lmsgs, lbytes, lag, before, after, killed)
 	}
 	return tw.Flush()
 }

@@ -127,6 +127,7 @@ type routerSide struct {
 	reps   *Replicas
 	gw     *Gateway
 	nats   *NATS
+	tap    *NATSTap
 	logs   []*os.File
 }
 
@@ -191,6 +192,11 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	if s.gw, err = NewGateway(GatewayConfig{Addrs: addrs, Marks: cfg.Marks}); err != nil {
 		return nil, err
 	}
+	if s.nats != nil {
+		if s.tap, err = s.nats.Tap(natsPrefix(rc.Args)); err != nil {
+			return nil, err
+		}
+	}
 	s.choose, s.marks = s.gw.Chooser(fleet, cfg.Model), s.gw.Marks()
 	return s, nil
 }
@@ -205,6 +211,9 @@ func (s *routerSide) close() {
 	if s.router != nil {
 		s.router.Stop()
 	}
+	if s.tap != nil {
+		s.tap.Close()
+	}
 	if s.nats != nil {
 		s.nats.Close()
 	}
@@ -215,8 +224,9 @@ func (s *routerSide) close() {
 
 // sideCounters are the cumulative counters a run's figures are deltas of.
 type sideCounters struct {
-	cpu  time.Duration
-	nats NATSTraffic
+	cpu   time.Duration
+	nats  NATSTraffic // the server's, less what it sent the tap
+	flows map[string]NATSFlow
 }
 
 func (s *routerSide) counters() (sideCounters, error) {
@@ -230,10 +240,33 @@ func (s *routerSide) counters() (sideCounters, error) {
 	if err != nil {
 		return c, err
 	}
-	if s.nats != nil {
-		c.nats, err = s.nats.Traffic()
+	if s.nats == nil {
+		return c, nil
 	}
-	return c, err
+	if c.nats, err = s.nats.Traffic(); err != nil {
+		return c, err
+	}
+	own, err := s.tap.Own()
+	if err != nil {
+		return c, err
+	}
+	c.nats = c.nats.Sub(own)
+	c.flows = s.tap.Flows()
+	return c, nil
+}
+
+// natsPrefix is the --nats-prefix in args, else the router's default.
+func natsPrefix(args []string) string {
+	p := "kvrouter"
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--nats-prefix="), strings.HasPrefix(a, "-nats-prefix="):
+			p = a[strings.IndexByte(a, '=')+1:]
+		case (a == "--nats-prefix" || a == "-nats-prefix") && i+1 < len(args):
+			p = args[i+1]
+		}
+	}
+	return p
 }
 
 // registry is the Registry of the first router still running.
@@ -266,9 +299,17 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	if s.nats != nil {
 		d := after.nats.Sub(before.nats)
 		res.NATS = &d
+		res.NATSPublished = map[string]NATSFlow{}
+		for k, f := range after.flows {
+			b := before.flows[k]
+			res.NATSPublished[k] = NATSFlow{Msgs: f.Msgs - b.Msgs, Bytes: f.Bytes - b.Bytes}
+		}
 		if routes > 0 {
 			res.NATSMsgsPerRoute = float64(d.InMsgs+d.OutMsgs) / float64(routes)
 			res.NATSBytesPerRoute = float64(d.InBytes+d.OutBytes) / float64(routes)
+			l := res.NATSPublished["load"]
+			res.LoadMsgsPerRoute = float64(l.Msgs) / float64(routes)
+			res.LoadBytesPerRoute = float64(l.Bytes) / float64(routes)
 		}
 	}
 	if s.gw != nil {

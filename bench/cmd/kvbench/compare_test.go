@@ -85,17 +85,20 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 		t.Errorf("%s: router CPU per Route %v", name, r.RouterCPUPerRoute)
 	}
 	if r.Sync {
-		if r.NATS == nil || r.NATSMsgsPerRoute <= 0 || r.NATSBytesPerRoute <= 0 {
-			t.Errorf("%s: NATS traffic %+v: the replicas did not sync over the server", name, r.NATS)
+		if r.NATS == nil || r.NATSMsgsPerRoute <= 0 || r.NATSBytesPerRoute <= 0 || r.LoadMsgsPerRoute <= 0 {
+			t.Errorf("%s: NATS traffic %+v, published %v: the replicas did not sync over the server", name, r.NATS, r.NATSPublished)
+		}
+		if g.MarksNotFound != 0 {
+			t.Errorf("%s: %d marks NotFound: a replica did not know a request another routed", name, g.MarksNotFound)
 		}
 		if g.MarksFailed != 0 {
 			t.Errorf("%s: %d marks failed: %s", name, g.MarksFailed, r.FirstError)
 		}
 		return
 	}
-	// Independent routers do not know each other's requests: round-robin
-	// marks that reach the other replica are NotFound, which is what the
-	// sync exists to fix.
+	// Independent routers do not know each other's requests: marks that
+	// reach the other replica are NotFound, which is what the sync exists
+	// to fix.
 	if r.NATS != nil || g.MarksNotFound == 0 {
 		t.Errorf("%s: NATS %v, %d marks NotFound: want no NATS and some NotFound", name, r.NATS, g.MarksNotFound)
 	}
