@@ -103,3 +103,37 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 		t.Errorf("%s: NATS %v, %d marks NotFound: want no NATS and some NotFound", name, r.NATS, g.MarksNotFound)
 	}
 }
+
+func TestCompareFlags(t *testing.T) {
+	for in, want := range map[string]float64{"50%": 0.5, "0.25": 0.25, "99.5%": 0.995} {
+		if got, err := parseFraction(in); err != nil || got != want {
+			t.Errorf("parseFraction(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"0", "100%", "1", "-5%", "half", ""} {
+		if _, err := parseFraction(in); err == nil {
+			t.Errorf("parseFraction(%q): no error", in)
+		}
+	}
+	run, err := parseCompare([]string{"--short", "--replicas", "1,3", "--sync", "both", "--kill-replica-at", "40%"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := run.cfg
+	if len(c.Requests) != 300 || len(c.Policies) != 1 || c.Policies[0] != replay.PolicyKV ||
+		len(c.Replicas) != 2 || c.Replicas[1] != 3 || len(c.Sync) != 2 || !c.Sync[0] || c.Sync[1] || c.KillAt != 0.4 {
+		t.Fatalf("parsed %d requests, policies %v, replicas %v, sync %v, kill at %v", len(c.Requests), c.Policies, c.Replicas, c.Sync, c.KillAt)
+	}
+	if run, err = parseCompare([]string{"--short", "--sync=false"}); err != nil || len(run.cfg.Sync) != 1 || run.cfg.Sync[0] {
+		t.Fatalf("--sync=false: %v, %v", run.cfg.Sync, err)
+	}
+	for _, bad := range [][]string{
+		{"--short", "--kill-replica-at", "50%"}, // needs --replicas
+		{"--short", "--replicas", "0"},
+		{"--short", "--sync", "maybe"},
+	} {
+		if _, err := parseCompare(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
