@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 )
 
@@ -221,7 +222,7 @@ func TestClusterNATSOutage(t *testing.T) {
 	var la, lb map[string]float64
 	defer func() {
 		if t.Failed() {
-			t.Logf("load on A %v, on B %v\nA:\n%s\nB:\n%s", la, lb, a.stderrTail, b.stderrTail)
+			t.Logf("load on A %v, on B %v\nA:\n%s\nB:\n%s", la, lb, a.logs(), b.logs())
 		}
 	}()
 	poll(t, "both replicas agree on every worker's load after the outage", func() bool {
@@ -296,4 +297,110 @@ func metricValue(t *testing.T, httpAddr, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestClusterBootstrapExact: a replica started with an empty state dir
+// restores the newest snapshot in the object store, catches up from each
+// engine's replay socket from the snapshot's positions (the engines keep
+// too little history for a replay from the start), and then holds exactly
+// what the engines cache.
+func TestClusterBootstrapExact(t *testing.T) {
+	ns := natstest.Start(t)
+	var engines []*engine.Engine
+	for i := range 2 {
+		e, err := engine.New(engine.Config{ID: fmt.Sprintf("e%d", i), CapacityBlocks: 48, ReplayEndpoint: "tcp://127.0.0.1:0",
+			ReplayBuffer: 16, HashSeed: uint64(100 + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		engines = append(engines, e)
+	}
+	a := startReplica(t, ns, "a", "--snapshot-interval", "100ms")
+	reg := kvrouterv1.NewRegistryClient(dial(t, a.grpcAddr))
+	for _, e := range engines {
+		if _, err := reg.RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{Worker: &kvrouterv1.Worker{
+			WorkerId: e.ID(), Model: "m", KvEventsEndpoint: e.Endpoint(), ReplayEndpoint: e.ReplayEndpoint()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var prompts [][]uint32
+	serve := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			p := append(seqTokens(0, 32), seqTokens(10_000*(i%7)+i, 16*(1+i%4))...) // shared prefix, evictions
+			prompts = append(prompts, p)
+			if _, err := engines[i%2].ServeAndPublish(engine.Request{Tokens: p}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll(t, "A subscribed to both engines", func() bool { return connectedRanks(t, a) == 2 })
+	serve(0, 60) // past the engines' replay buffers
+	poll(t, "A exact", func() bool { return exactAgainst(t, a, engines, prompts) == "" })
+	uploads := metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`)
+	poll(t, "A uploads a snapshot of the exact index", func() bool {
+		return metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`) > uploads
+	})
+	serve(60, 6) // after the snapshot: the newcomer gets these by replay
+
+	start := time.Now()
+	c := startReplica(t, ns, "c")
+	serving := time.Since(start)
+	if !strings.Contains(c.logs(), "index restored from the snapshot store") {
+		t.Fatalf("the new replica did not restore from the snapshot store:\n%s", c.logs())
+	}
+	var why string
+	exact := poll(t, "the new replica exact", func() bool { why = exactAgainst(t, c, engines, prompts); return why == "" })
+	t.Logf("new replica SERVING after %v, exact %v later", serving, exact)
+}
+
+func connectedRanks(t *testing.T, r *router) int {
+	t.Helper()
+	lw, err := kvrouterv1.NewRegistryClient(dial(t, r.grpcAddr)).ListWorkers(ctx10(t), &kvrouterv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, w := range lw.GetWorkers() {
+		if w.GetConnected() {
+			n++
+		}
+	}
+	return n
+}
+
+// exactAgainst compares the router's block counts and Score of every
+// prompt with the engines' caches; "" when they agree.
+func exactAgainst(t *testing.T, r *router, engines []*engine.Engine, prompts [][]uint32) string {
+	t.Helper()
+	lw, err := kvrouterv1.NewRegistryClient(dial(t, r.grpcAddr)).ListWorkers(ctx10(t), &kvrouterv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := map[string]uint64{}
+	for _, w := range lw.GetWorkers() {
+		cached[w.GetWorker().GetWorkerId()] = w.GetCachedBlocks()
+	}
+	for _, e := range engines {
+		if got, want := cached[e.ID()], uint64(e.Stats().CachedNow); got != want {
+			return fmt.Sprintf("%s: router counts %d blocks, engine holds %d", e.ID(), got, want)
+		}
+	}
+	rc := kvrouterv1.NewRouterClient(dial(t, r.grpcAddr))
+	for i, p := range prompts {
+		res, err := rc.Score(ctx10(t), &kvrouterv1.ScoreRequest{Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		matched := map[string]uint32{}
+		for _, s := range res.GetScores() {
+			matched[s.GetWorkerId()] = s.GetMatchedBlocks()
+		}
+		for _, e := range engines {
+			if got, want := matched[e.ID()], uint32(e.Overlap(e.BlockHashes(p, nil))); got != want {
+				return fmt.Sprintf("prompt %d on %s: router matches %d blocks, engine holds %d", i, e.ID(), got, want)
+			}
+		}
+	}
+	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,6 +51,14 @@ type router struct {
 	httpAddr   string
 	exited     chan error
 	stderrTail *strings.Builder
+	logMu      sync.Mutex // guards stderrTail for logs
+}
+
+// logs is what the router has logged so far.
+func (r *router) logs() string {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	return r.stderrTail.String()
 }
 
 // startRouter starts the binary on free loopback ports (and a state dir of
@@ -82,7 +91,9 @@ func launchRouter(t *testing.T, args ...string) *router {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
+			r.logMu.Lock()
 			r.stderrTail.WriteString(line + "\n")
+			r.logMu.Unlock()
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "kvrouter listening" {
 				r.grpcAddr, _ = rec["grpc"].(string)

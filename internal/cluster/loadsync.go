@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -93,6 +94,14 @@ func (n *Node) StartLoad(ls LoadState) (int, error) {
 	return peers, err
 }
 
+// originKey is what the Router knows another replica's requests by: its
+// id and epoch, so that the requests of a replica that restarted under the
+// same id stay (until finished or expired) and are not taken for the new
+// process's when the two are compared.
+func originKey(id string, epoch uint64) string {
+	return id + "/" + strconv.FormatUint(epoch, 36)
+}
+
 // onChanges applies a changes message of another replica.
 func (s *loadSync) onChanges(m *nats.Msg) {
 	met := s.n.metrics
@@ -114,6 +123,7 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 	v := s.trk.changes(h.Origin, h.Epoch, h.Seq, time.Now())
 	s.mu.Unlock()
 	ls := s.state()
+	origin := originKey(h.Origin, h.Epoch)
 	if v.apply {
 		for range count {
 			if err := d.next(&s.scratch); err != nil {
@@ -122,11 +132,11 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 				v.resync = resyncGap // what followed is lost
 				break
 			}
-			s.apply(ls, h.Origin, &s.scratch)
+			s.apply(ls, origin, &s.scratch)
 		}
 	}
 	if h.HasDigest && v.resync == "" {
-		cnt, sum := ls.LoadDigest(h.Origin)
+		cnt, sum := ls.LoadDigest(origin)
 		s.mu.Lock()
 		v = s.trk.digest(h.Origin, h.Epoch, h.Digest, Digest{Count: uint64(cnt), Sum: sum})
 		s.mu.Unlock()
@@ -237,7 +247,7 @@ func (s *loadSync) resync(origin string) error {
 
 // applyState makes the origin's requests here those of its state.
 func (s *loadSync) applyState(st *stateParts) {
-	released, added := s.state().ResetRemote(st.h.Origin, st.changes)
+	released, added := s.state().ResetRemote(originKey(st.h.Origin, st.h.Epoch), st.changes)
 	s.mu.Lock()
 	s.trk.synced(st.h.Origin, st.h.Epoch, st.h.Seq, time.Now())
 	s.mu.Unlock()

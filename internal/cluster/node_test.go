@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
@@ -68,7 +70,7 @@ func prompt(i int) *scoring.Prompt {
 
 func digestsAgree(a, b *replica) bool {
 	na, sa := a.r.LoadDigest("")
-	nb, sb := b.r.LoadDigest(a.node.ReplicaID())
+	nb, sb := b.r.LoadDigest(originKey(a.node.ReplicaID(), a.node.epoch))
 	return na == nb && sa == sb
 }
 
@@ -230,4 +232,38 @@ func TestConnectUnreachable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Connect to a closed port hangs")
 	}
+}
+
+// TestRestartedReplicaKeepsItsRequests: a replica restarted under the same
+// id is a new origin: the other replicas keep the old process's requests
+// (their gateways still finish them) however the new one's digests read.
+func TestRestartedReplicaKeepsItsRequests(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns.URL(), "a")
+	b := startReplica(t, ns.URL(), "b")
+	for i := range 5 {
+		if _, err := a.r.Route(prompt(i), fmt.Sprintf("old%d", i), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "B holds A's requests", func() bool { return b.r.ActiveRequests() == 5 })
+	if err := a.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a2 := startReplica(t, ns.URL(), "a")
+	if _, err := a2.r.Route(prompt(9), "new", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	in := func() float64 { return testutil.ToFloat64(b.node.metrics.messages.WithLabelValues("in")) }
+	from := in()
+	eventually(t, "several digests of the new A reach B", func() bool { return in() >= from+4 && digestsAgree(a2, b) })
+	if n := b.r.ActiveRequests(); n != 6 {
+		t.Fatalf("B holds %d requests; want the old process's 5 and the new one's", n)
+	}
+	for i := range 5 {
+		if err := a2.r.MarkFinished(fmt.Sprintf("old%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the old requests finished through the new A", func() bool { return b.r.ActiveRequests() == 1 })
 }

@@ -23,6 +23,8 @@ type publisher struct {
 	spare    []byte
 	overflow int // ops bytes past which changes are dropped
 
+	flushed time.Time // last flush; the flushing goroutine's
+
 	kick chan struct{} // a first change is waiting
 	full chan struct{} // the buffer reached MaxBatchBytes
 }
@@ -79,13 +81,17 @@ func (p *publisher) run() {
 		case <-p.full:
 			p.flush(false)
 		case <-p.kick:
-			wait.Reset(p.n.cfg.FlushInterval)
-			select {
-			case <-wait.C:
-			case <-p.full:
-				wait.Stop()
-			case <-p.n.stop:
-				wait.Stop()
+			// A change after a quiet spell goes out at once; changes that
+			// follow within FlushInterval of a flush wait to be batched.
+			if rest := p.n.cfg.FlushInterval - time.Since(p.flushed); rest > 0 {
+				wait.Reset(rest)
+				select {
+				case <-wait.C:
+				case <-p.full:
+					wait.Stop()
+				case <-p.n.stop:
+					wait.Stop()
+				}
 			}
 			p.flush(false)
 		}
@@ -134,6 +140,7 @@ func (p *publisher) flush(heartbeat bool) {
 	p.mu.Lock()
 	p.spare = msg // Publish copied it
 	p.mu.Unlock()
+	p.flushed = time.Now()
 }
 
 // lastSeq is the seq of the last batch published.
