@@ -190,6 +190,9 @@ type PolicyResult struct {
 	// the kill did, in runs that killed a replica.
 	Split    *HitSplit `json:"split,omitempty"`
 	Failover *Failover `json:"failover,omitempty"`
+	// ActiveAfter is each replica's kvrouter_active_requests after every
+	// request finished (-1 for a killed replica): requests it still holds.
+	ActiveAfter []float64 `json:"active_requests_after,omitempty"`
 	// SyncLag is the probed lag of a Route's state reaching another replica.
 	SyncLag      *SyncLag `json:"sync_lag,omitempty"`
 	SyncLagError string   `json:"sync_lag_error,omitempty"`

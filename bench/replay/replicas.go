@@ -1,11 +1,14 @@
 package replay
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -210,5 +213,68 @@ func (rs *Replicas) EventsApplied(ctx context.Context, i int, model string) (uin
 func (rs *Replicas) Stop() {
 	for _, r := range rs.Routers {
 		r.Stop()
+	}
+}
+
+// ActiveRequests sums the router's kvrouter_active_requests gauge (routed
+// requests not yet finished, its own and, in cluster mode, the other
+// replicas') from /metrics.
+func (r *Router) ActiveRequests() (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + dialAddr(r.HTTPAddr) + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("active requests: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("active requests: /metrics: %s", resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "kvrouter_active_requests{") && !strings.HasPrefix(line, "kvrouter_active_requests ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("active requests: %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// ActiveAfter polls every live replica's ActiveRequests until all are 0 or
+// timeout passes, and returns the last values (-1 for a replica that exited).
+func (rs *Replicas) ActiveAfter(ctx context.Context, timeout time.Duration) ([]float64, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		out := make([]float64, len(rs.Routers))
+		busy := false
+		for i, r := range rs.Routers {
+			select {
+			case <-r.Exited():
+				out[i] = -1
+				continue
+			default:
+			}
+			v, err := r.ActiveRequests()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+			busy = busy || v > 0
+		}
+		if !busy || time.Now().After(deadline) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

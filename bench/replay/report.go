@@ -56,7 +56,7 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tload pub msgs/route\tload pub bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
+	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\tactive after\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tload pub msgs/route\tload pub bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
 	for _, p := range r.Results {
 		per, retries, failed, nf, mf := "-", "-", "-", "-", "-"
 		if g := p.Gateway; g != nil {
@@ -67,6 +67,17 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 			per = strings.Join(ss, "/")
 			retries, failed = fmt.Sprint(g.RouteRetries+g.MarkRetries), fmt.Sprint(g.RoutesFailed)
 			nf, mf = fmt.Sprint(g.MarksNotFound), fmt.Sprint(g.MarksFailed)
+		}
+		active := "-"
+		if len(p.ActiveAfter) > 0 {
+			ss := make([]string, len(p.ActiveAfter))
+			for i, v := range p.ActiveAfter {
+				ss[i] = "dead"
+				if v >= 0 {
+					ss[i] = fmt.Sprint(v)
+				}
+			}
+			active = strings.Join(ss, "/")
 		}
 		cpu, msgs, bytes, lmsgs, lbytes := "-", "-", "-", "-", "-"
 		if p.RouterCPUPerRoute > 0 {
@@ -87,8 +98,8 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 		if f := p.Failover; f != nil {
 			killed = fmt.Sprintf("#%d at req %d (%d in flight)", f.Replica, f.AtRequest, f.RoutesInFlight)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			p.Label(), per, retries, failed, nf, mf, cpu, msgs, bytes, lmsgs, lbytes, lag, before, after, killed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Label(), per, retries, failed, nf, mf, active, cpu, msgs, bytes, lmsgs, lbytes, lag, before, after, killed)
 	}
 	return tw.Flush()
 }

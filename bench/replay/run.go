@@ -322,6 +322,13 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	if res.EventsApplied, err = drainEventsApplied(ctx, s.registry(), model, published); err != nil {
 		return err
 	}
+	if s.reps != nil {
+		// Every request was finished (on some replica): what a replica still
+		// counts active is load it was never told had ended.
+		if res.ActiveAfter, err = s.reps.ActiveAfter(ctx, 3*time.Second); err != nil {
+			return err
+		}
+	}
 	if pr.Wall > 0 {
 		res.EventsPerSec = float64(res.EventsApplied) / pr.Wall.Seconds()
 	}

@@ -91,6 +91,11 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 		if g.MarksNotFound != 0 {
 			t.Errorf("%s: %d marks NotFound: a replica did not know a request another routed", name, g.MarksNotFound)
 		}
+		// Every request was finished on some replica, most on another than
+		// their Route's: the survivor must hold none.
+		if len(r.ActiveAfter) != 2 || r.ActiveAfter[0] != -1 || r.ActiveAfter[1] != 0 {
+			t.Errorf("%s: active requests after the run %v, want [dead 0]", name, r.ActiveAfter)
+		}
 		if g.MarksFailed != 0 {
 			t.Errorf("%s: %d marks failed: %s", name, g.MarksFailed, r.FirstError)
 		}
@@ -99,8 +104,9 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 	// Independent routers do not know each other's requests: marks that
 	// reach the other replica are NotFound, which is what the sync exists
 	// to fix.
-	if r.NATS != nil || g.MarksNotFound == 0 {
-		t.Errorf("%s: NATS %v, %d marks NotFound: want no NATS and some NotFound", name, r.NATS, g.MarksNotFound)
+	if r.NATS != nil || g.MarksNotFound == 0 || len(r.ActiveAfter) != 2 || r.ActiveAfter[1] <= 0 {
+		t.Errorf("%s: NATS %v, %d marks NotFound, active after %v: want no NATS, some NotFound and requests left active",
+			name, r.NATS, g.MarksNotFound, r.ActiveAfter)
 	}
 }
 
