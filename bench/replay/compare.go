@@ -123,6 +123,9 @@ type CompareConfig struct {
 	Sync []bool
 	// Marks is where the gateway sends marks (MarksSpread by default).
 	Marks string
+	// RoutesToFirst makes the gateway send every Route to replica 0
+	// (GatewayConfig.RoutesToFirst).
+	RoutesToFirst bool
 	// KillAt, in (0, 1), sends replica KillReplica SIGKILL once that fraction
 	// of the requests has been routed, in runs with more than one replica;
 	// every run reports its hit rate before and after that point.
@@ -232,20 +235,23 @@ type Failover struct {
 
 // Report is the whole comparison.
 type Report struct {
-	Trace           string         `json:"trace"`
-	Requests        int            `json:"requests"`
-	Engines         int            `json:"engines"`
-	CapacityBlocks  int            `json:"capacity_blocks_per_engine"`
-	BlockSize       int            `json:"block_size"`
-	SpeedUp         float64        `json:"speed_up"`
-	PrefillPerToken string         `json:"prefill_per_token"`
-	DecodePerToken  string         `json:"decode_per_token"`
-	Format          string         `json:"event_format"`
-	RouterArgs      []string       `json:"router_args"`
-	PooledCeiling   float64        `json:"pooled_ceiling_hit_rate"`
-	UnlimitedIDHit  float64        `json:"unlimited_cache_hit_rate_512"`
-	Results         []PolicyResult `json:"results"`
-	Started         time.Time      `json:"started"`
+	Trace           string   `json:"trace"`
+	Requests        int      `json:"requests"`
+	Engines         int      `json:"engines"`
+	CapacityBlocks  int      `json:"capacity_blocks_per_engine"`
+	BlockSize       int      `json:"block_size"`
+	SpeedUp         float64  `json:"speed_up"`
+	PrefillPerToken string   `json:"prefill_per_token"`
+	DecodePerToken  string   `json:"decode_per_token"`
+	Format          string   `json:"event_format"`
+	RouterArgs      []string `json:"router_args"`
+	PooledCeiling   float64  `json:"pooled_ceiling_hit_rate"`
+	UnlimitedIDHit  float64  `json:"unlimited_cache_hit_rate_512"`
+	// GatewayMarks and RoutesToFirst are the replica gateway's settings.
+	GatewayMarks  string         `json:"gateway_marks,omitempty"`
+	RoutesToFirst bool           `json:"gateway_routes_to_first,omitempty"`
+	Results       []PolicyResult `json:"results"`
+	Started       time.Time      `json:"started"`
 }
 
 // Compare runs every policy on a fresh fleet (so caches start empty) and
@@ -268,6 +274,12 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		BlockSize: cfg.BlockSize, SpeedUp: cfg.SpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
+	}
+	if len(cfg.Replicas) > 0 {
+		rep.GatewayMarks, rep.RoutesToFirst = cfg.Marks, cfg.RoutesToFirst
+		if rep.GatewayMarks == "" {
+			rep.GatewayMarks = MarksSpread
+		}
 	}
 	rep.PooledCeiling = cfg.PooledCeiling
 	if rep.PooledCeiling <= 0 {

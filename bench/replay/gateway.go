@@ -34,6 +34,10 @@ type GatewayConfig struct {
 	Addrs []string
 	// Marks is MarksSpread (default) or MarksOrigin.
 	Marks string
+	// RoutesToFirst sends every Route to replica 0 (the next one when it is
+	// down) instead of round-robin: a diagnostic that keeps every replica
+	// running, ingesting and syncing while one decides.
+	RoutesToFirst bool
 	// DownFor is how long a replica that failed with Unavailable is skipped
 	// (outlier ejection; default 1 s). When every replica is down the
 	// gateway tries them all anyway.
@@ -221,7 +225,11 @@ func (g *Gateway) Chooser(f *Fleet, model string) ChooseFunc {
 		g.routesInFlight.Add(1)
 		var resp *kvrouterv1.RouteResponse
 		t0 := time.Now()
-		i, err := g.call(ctx, g.nextStart(&g.next), &g.routeRetries, func(ctx context.Context, c kvrouterv1.RouterClient) error {
+		start := 0
+		if !g.cfg.RoutesToFirst {
+			start = g.nextStart(&g.next)
+		}
+		i, err := g.call(ctx, start, &g.routeRetries, func(ctx context.Context, c kvrouterv1.RouterClient) error {
 			var err error
 			resp, err = c.Route(ctx, req)
 			return err

@@ -135,3 +135,26 @@ func TestSpreadIsEven(t *testing.T) {
 		}
 	}
 }
+
+func TestGatewayRoutesToFirst(t *testing.T) {
+	_, _, a0 := serveFake(t)
+	_, _, a1 := serveFake(t)
+	g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, RoutesToFirst: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	for i := 0; i < 4; i++ {
+		if _, err := g.Chooser(fleet, "m")(context.Background(), i, make([]uint32, 16), fmt.Sprint("r", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := g.Stats(); st.RoutesPerReplica[0] != 4 || st.RoutesPerReplica[1] != 0 {
+		t.Fatalf("Routes per replica %v, want all 4 on replica 0", st.RoutesPerReplica)
+	}
+}

@@ -55,6 +55,13 @@ func (r *Report) writeReplicaTable(w io.Writer) error {
 		return nil
 	}
 	fmt.Fprintln(w)
+	if r.GatewayMarks != "" {
+		to := "round-robin"
+		if r.RoutesToFirst {
+			to = "replica 0 (--routes-to-first)"
+		}
+		fmt.Fprintf(w, "gateway: Routes %s, marks %s\n", to, r.GatewayMarks)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\tactive after\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tload pub msgs/route\tload pub bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
 	for _, p := range r.Results {

@@ -189,7 +189,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	for i, r := range s.reps.Routers {
 		addrs[i] = r.GRPCAddr
 	}
-	if s.gw, err = NewGateway(GatewayConfig{Addrs: addrs, Marks: cfg.Marks}); err != nil {
+	if s.gw, err = NewGateway(GatewayConfig{Addrs: addrs, Marks: cfg.Marks, RoutesToFirst: cfg.RoutesToFirst}); err != nil {
 		return nil, err
 	}
 	if s.nats != nil {

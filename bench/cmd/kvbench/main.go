@@ -139,6 +139,7 @@ func parseCompare(args []string) (compareRun, error) {
 		killAt    = fs.String("kill-replica-at", "", "SIGKILL one replica when this share of the requests has been routed (e.g. 50%), in runs with 2+ replicas; every run reports its hit rate before and after")
 		victim    = fs.Int("kill-replica", 0, "which replica --kill-replica-at kills")
 		rounds    = fs.Int("rounds", 1, "repeat the whole list of runs (A B A B ...)")
+		toFirst   = fs.Bool("routes-to-first", false, "diagnostic: the gateway sends every Route to replica 0 (marks still as --marks), so the other replicas only ingest and sync")
 		lagProbes = fs.Int("sync-lag-probes", 50, "in cluster runs of 2+ replicas (not counting a killed one), probe the Route-to-other-replica lag this many times during the replay")
 		sync      = syncModes{true}
 		tm        timeModel
@@ -171,7 +172,7 @@ func parseCompare(args []string) (compareRun, error) {
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
 		Router:   replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		Policies: splitList(*policies), Progress: os.Stderr, Seed: *seed,
-		Sync: sync, Marks: *marks, KillReplica: *victim, Rounds: *rounds, SyncLagProbes: *lagProbes,
+		Sync: sync, Marks: *marks, KillReplica: *victim, Rounds: *rounds, RoutesToFirst: *toFirst, SyncLagProbes: *lagProbes,
 	}
 	for _, s := range splitList(*replicas) {
 		n, err := strconv.Atoi(s)
