@@ -74,7 +74,7 @@ func startBackend(cfg Config, st *persist.Store, cm *clusterMode, srv *server.Se
 	}
 	b.ing = ing
 	scfg := cfg.scoringConfig(b.index)
-	if cm != nil {
+	if cm != nil && cfg.NATS.ShareLoad {
 		scfg.OnChange = cm.node.Publish
 	}
 	rt, err := scoring.New(scfg)
@@ -97,7 +97,7 @@ func startBackend(cfg Config, st *persist.Store, cm *clusterMode, srv *server.Se
 		return nil, err
 	}
 	dropUnregistered(b.index, registered, log)
-	if cm != nil {
+	if cm != nil && cfg.NATS.ShareLoad {
 		peers, err := cm.node.StartLoad(rt)
 		if err != nil {
 			b.close(log)

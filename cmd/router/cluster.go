@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
@@ -22,6 +24,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/server"
+	"github.com/kvrouter/kvrouter/internal/state"
 )
 
 // Cluster mode: with --nats-url the router is one replica of several. The
@@ -231,22 +234,35 @@ func (cm *clusterMode) apply(srv *server.Server, ev cluster.WorkerEvent) {
 // the bucket for the ids it names.
 func (cm *clusterMode) registerFile(srv *server.Server, file []WorkerConfig) error {
 	for i, wc := range file {
-		w := configWorker(wc)
-		if cur, src, ok := srv.Registered(w.WorkerId); ok {
-			want := proto.Clone(w).(*kvrouterv1.Worker)
-			want.DpSize = max(want.DpSize, 1)
-			if src == server.SourceConfig && proto.Equal(cur, want) {
-				continue
-			}
-			if err := srv.Unregister(w.WorkerId, false); err != nil {
-				return fmt.Errorf("config: workers[%d]: %w", i, err)
-			}
-		}
-		if err := srv.Register(w, server.SourceConfig, true); err != nil {
+		if err := registerFileWorker(srv, configWorker(wc)); err != nil {
 			return fmt.Errorf("config: workers[%d]: %w", i, err)
 		}
 	}
 	return nil
+}
+
+// registerFileWorker registers w unless it is registered alike. Another
+// replica starting with the same file may put w in the bucket meanwhile,
+// and the watch register it here between the check and the registration:
+// then the check is made again.
+func registerFileWorker(srv *server.Server, w *kvrouterv1.Worker) error {
+	want := proto.Clone(w).(*kvrouterv1.Worker)
+	want.DpSize = max(want.DpSize, 1)
+	var err error
+	for range 3 {
+		if cur, src, ok := srv.Registered(w.WorkerId); ok {
+			if src == server.SourceConfig && proto.Equal(cur, want) {
+				return nil
+			}
+			if err = srv.Unregister(w.WorkerId, false); err != nil && status.Code(err) != codes.NotFound {
+				return err
+			}
+		}
+		if err = srv.Register(w, server.SourceConfig, true); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "already registered") {
+			return err
+		}
+	}
+	return err
 }
 
 // registeredIDs are the ids srv has registered.
@@ -260,43 +276,72 @@ func registeredIDs(srv *server.Server, ix *radix.Index) map[string]bool {
 	return out
 }
 
-// restoreFromStore loads the newest snapshot object that reads back whole;
-// a bad one is refused by name and the next newest tried. ok is false
-// when there is none usable.
+// restoreFromStore loads the newest snapshot object that reads back whole.
+// A bad one (digest or content) is refused by name and the next newest
+// tried; when reading fails otherwise (a timeout, an object pruned while
+// it was read) the objects are listed again, up to three times. ok is
+// false when there is none usable.
 func (cm *clusterMode) restoreFromStore(icfg radix.Config, log *slog.Logger) (res persist.Restored, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*cm.timeout)
-	defer cancel()
-	objs, err := cm.node.Snapshots(ctx)
-	if err != nil {
-		log.Error("snapshot objects not listed; starting empty", "err", err)
-		return res, false
-	}
-	for _, o := range objs {
-		start := time.Now()
-		r, err := cm.node.OpenSnapshot(ctx, o.Name)
-		if err == nil {
-			res, err = persist.ReadSnapshot(r, icfg)
-			if cerr := r.Close(); err == nil && cerr != nil {
-				err = cerr
-			}
-		}
+	refused := map[string]bool{}
+	for round := 1; round <= 3; round++ {
+		ctx, cancel := context.WithTimeout(context.Background(), cm.timeout)
+		objs, err := cm.node.Snapshots(ctx)
+		cancel()
 		if err != nil {
-			cm.node.RefusedSnapshot(o.Name, err)
+			log.Error("snapshot objects not listed", "err", err)
 			continue
 		}
-		res.Took = time.Since(start)
-		log.Info("index restored from the snapshot store", "object", o.Name, "bytes", o.Size, "written", o.ModTime,
-			"ranks", res.Snapshot.Counts.Ranks, "residencies", res.Snapshot.Counts.Bindings, "took", res.Took)
-		return res, true
+		for _, o := range objs {
+			if refused[o.Name] {
+				continue
+			}
+			res, err = cm.readObject(o, icfg)
+			if err == nil {
+				log.Info("index restored from the snapshot store", "object", o.Name, "bytes", o.Size, "written", o.ModTime,
+					"ranks", res.Snapshot.Counts.Ranks, "residencies", res.Snapshot.Counts.Bindings, "took", res.Took)
+				return res, true
+			}
+			if !badSnapshot(err) {
+				log.Warn("snapshot object not read; listing again", "object", o.Name, "round", round, "err", err)
+				break
+			}
+			refused[o.Name] = true
+			cm.node.RefusedSnapshot(o.Name, err)
+		}
 	}
 	return res, false
 }
 
+// readObject reads one snapshot object into an index, within a deadline
+// that allows 4 MiB/s.
+func (cm *clusterMode) readObject(o cluster.SnapshotObject, icfg radix.Config) (persist.Restored, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cm.timeout+time.Duration(o.Size>>22)*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := cm.node.OpenSnapshot(ctx, o.Name)
+	if err != nil {
+		return persist.Restored{}, err
+	}
+	res, err := persist.ReadSnapshot(r, icfg)
+	if cerr := r.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	res.Took = time.Since(start)
+	return res, err
+}
+
+// badSnapshot reports whether err says the snapshot's content is bad, as
+// opposed to its reading failing.
+func badSnapshot(err error) bool {
+	return errors.Is(err, cluster.ErrSnapshotCorrupt) || errors.Is(err, state.ErrCorrupt) || state.IsBadFile(err)
+}
+
 // uploadSnapshot puts the index in the object store: the local snapshot
 // just written when there is a state dir, else a snapshot streamed from
-// the index.
+// the index. Without NATS the local snapshot is still written, and the
+// upload waits for the next interval.
 func (b *backend) uploadSnapshot(cm *clusterMode, cpu float64, now bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	fill := func(w io.Writer) error {
 		_, err := persist.WriteSnapshot(w, b.index, b.ing, cpu)
@@ -320,6 +365,10 @@ func (b *backend) uploadSnapshot(cm *clusterMode, cpu float64, now bool) error {
 			_, err = io.Copy(w, f)
 			return err
 		}
+	}
+	if !cm.node.Connected() {
+		cm.log.Warn("snapshot not uploaded: NATS is not connected")
+		return nil
 	}
 	obj, err := cm.node.PutSnapshot(ctx, fill)
 	if err == nil {

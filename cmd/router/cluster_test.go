@@ -2,23 +2,28 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 )
 
@@ -218,6 +223,15 @@ func TestClusterNATSOutage(t *testing.T) {
 		poll(t, "kvrouter.cluster SERVING again", func() bool { return clusterHealth(t, r) == healthpb.HealthCheckResponse_SERVING })
 	}
 	routeSome(10)
+	// The registry watchers survived the outage.
+	regStart := time.Now()
+	if _, err := kvrouterv1.NewRegistryClient(dial(t, b.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
+		Worker: &kvrouterv1.Worker{WorkerId: "w4", Model: "m"}}); err != nil {
+		t.Fatalf("register after the outage: %v", err)
+	}
+	t.Logf("RegisterWorker after the outage took %v", time.Since(regStart))
+	took := poll(t, "A lists the worker B registered after the outage", func() bool { return len(listWorkers(t, a)) == 4 })
+	t.Logf("a registration after the outage reached the other replica in %v", took)
 	toks := seqTokens(7_000_000, 64)
 	var la, lb map[string]float64
 	defer func() {
@@ -232,7 +246,7 @@ func TestClusterNATSOutage(t *testing.T) {
 				return false
 			}
 		}
-		return len(la) == 3
+		return len(la) == 4
 	})
 	if v := metricValue(t, a.httpAddr, "kvrouter_cluster_disconnects_total"); v < 1 {
 		t.Fatalf("kvrouter_cluster_disconnects_total = %v after an outage", v)
@@ -299,11 +313,12 @@ func metricValue(t *testing.T, httpAddr, name string) float64 {
 	return sum
 }
 
-// TestClusterBootstrapExact: a replica started with an empty state dir
-// restores the newest snapshot in the object store, catches up from each
-// engine's replay socket from the snapshot's positions (the engines keep
-// too little history for a replay from the start), and then holds exactly
-// what the engines cache.
+// TestClusterBootstrapExact: a replica started with an empty state dir,
+// after the only other one stopped, refuses a bad newest object by name,
+// restores the newest good snapshot in the object store, catches up from
+// each engine's replay socket from the snapshot's positions (the engines
+// keep too little history for a replay from the start), and then holds
+// exactly what the engines cache.
 func TestClusterBootstrapExact(t *testing.T) {
 	ns := natstest.Start(t)
 	var engines []*engine.Engine
@@ -335,19 +350,40 @@ func TestClusterBootstrapExact(t *testing.T) {
 		}
 	}
 	poll(t, "A subscribed to both engines", func() bool { return connectedRanks(t, a) == 2 })
-	serve(0, 60) // past the engines' replay buffers
+	// One batch per engine first: once A has them, its subscriptions
+	// receive (a ZMQ subscription takes effect a moment after connecting).
+	serve(0, 2)
+	poll(t, "A has the first batches", func() bool { return exactAgainst(t, a, engines, prompts) == "" })
+	serve(2, 58) // past the engines' replay buffers
 	poll(t, "A exact", func() bool { return exactAgainst(t, a, engines, prompts) == "" })
 	uploads := metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`)
 	poll(t, "A uploads a snapshot of the exact index", func() bool {
 		return metricValue(t, a.httpAddr, `kvrouter_cluster_snapshot_uploads_total{result="ok"}`) > uploads
 	})
-	serve(60, 6) // after the snapshot: the newcomer gets these by replay
+	// A stops (its shutdown snapshot uploaded); the engines go on: the
+	// newcomer gets these by replay.
+	checkSIGTERMDrains(t, a)
+	serve(60, 6)
+	// The newest object is bad: it is refused by name, the one before used.
+	bad, err := cluster.Connect(cluster.Config{URL: ns.URL(), ReplicaID: "bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	badObj, err := bad.PutSnapshot(ctx10(t), func(w io.Writer) error { _, err := w.Write([]byte("not a snapshot")); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	start := time.Now()
 	c := startReplica(t, ns, "c")
 	serving := time.Since(start)
-	if !strings.Contains(c.logs(), "index restored from the snapshot store") {
-		t.Fatalf("the new replica did not restore from the snapshot store:\n%s", c.logs())
+	logs := c.logs()
+	if !strings.Contains(logs, "index restored from the snapshot store") || !strings.Contains(logs, `"object":"snapshot-a-`) {
+		t.Fatalf("the new replica did not restore A's snapshot from the store:\n%s", logs)
+	}
+	if !strings.Contains(logs, "snapshot object refused") || !strings.Contains(logs, badObj.Name) {
+		t.Fatalf("the bad object %s was not refused by name:\n%s", badObj.Name, logs)
 	}
 	var why string
 	exact := poll(t, "the new replica exact", func() bool { why = exactAgainst(t, c, engines, prompts); return why == "" })
@@ -403,4 +439,81 @@ func exactAgainst(t *testing.T, r *router, engines []*engine.Engine, prompts [][
 		}
 	}
 	return ""
+}
+
+// TestClusterNATSTLS: with --nats-tls-ca and a client certificate the
+// router joins a NATS server that requires mTLS; without the certificate it
+// is refused with an error naming --nats-url.
+func TestClusterNATSTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "nats-ca")
+	_, _, serverPair := ca.issue(t, "nats-server", true)
+	clientCert, clientKey, _ := ca.issue(t, "kvrouter", false)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	ns := natstest.StartWith(t, func(o *natsserver.Options) {
+		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{serverPair}, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		o.TLS, o.TLSVerify = true, true
+	})
+	caPath := filepath.Join(dir, "nats-ca.pem")
+	r := startReplica(t, ns, "a", "--nats-tls-ca", caPath, "--nats-tls-cert", clientCert, "--nats-tls-key", clientKey)
+	if st := clusterHealth(t, r); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("kvrouter.cluster health over mTLS: %v", st)
+	}
+	out, err := exec.Command(binary, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
+		"--nats-url", ns.URL(), "--nats-tls-ca", caPath, "--nats-connect-timeout", "2s").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--nats-url") {
+		t.Fatalf("router without a client certificate: err=%v output=%s; want a refusal naming --nats-url", err, out)
+	}
+	t.Logf("without a client certificate: %s", strings.TrimSpace(string(out)))
+}
+
+// TestClusterShareLoadOff: with --nats-share-load=false the registry is
+// still shared but the load is not: a MarkFinished sent to the other
+// replica is NotFound, as with two lone routers.
+func TestClusterShareLoadOff(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns, "a", "--nats-share-load=false")
+	b := startReplica(t, ns, "b", "--nats-share-load=false")
+	if _, err := kvrouterv1.NewRegistryClient(dial(t, a.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
+		Worker: &kvrouterv1.Worker{WorkerId: "w1", Model: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "B lists A's registration", func() bool { return len(listWorkers(t, b)) == 1 })
+	if _, err := kvrouterv1.NewRouterClient(dial(t, a.grpcAddr)).Route(ctx10(t), &kvrouterv1.RouteRequest{
+		Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: seqTokens(1, 64)}, RequestId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := kvrouterv1.NewRouterClient(dial(t, b.grpcAddr)).MarkFinished(ctx10(t), &kvrouterv1.RequestRef{RequestId: "r1"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("MarkFinished on the other replica without load sharing: %v; want NotFound", err)
+	}
+}
+
+// TestClusterSameConfigFile: replicas started at once with the same
+// workers: list all start, and each lists them all from the file.
+func TestClusterSameConfigFile(t *testing.T) {
+	ns := natstest.Start(t)
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, fmt.Sprintf("static-%d", i))
+	}
+	cfg := writeConfig(t, t.TempDir(), "fleet.yaml", ids...)
+	var rs []*router
+	for _, id := range []string{"a", "b", "c"} {
+		rs = append(rs, launchRouter(t, "--nats-url", ns.URL(), "--replica-id", id, "--config", cfg))
+	}
+	for _, r := range rs {
+		waitServing(t, r)
+		poll(t, "every replica lists the file's workers", func() bool {
+			got := listWorkers(t, r)
+			for _, id := range ids {
+				if got[id] != "config" {
+					return false
+				}
+			}
+			return len(got) == len(ids)
+		})
+	}
 }

@@ -93,6 +93,9 @@ type NATSConfig struct {
 	// Replicas is the JetStream replica count of the bucket and object
 	// store this replica creates if they are missing.
 	Replicas int `yaml:"replicas"`
+	// ShareLoad shares Route load, predictions and marks (off: only the
+	// registry and snapshots are shared).
+	ShareLoad bool `yaml:"share_load"`
 }
 
 // NATSTLS is the NATS connection's TLS: the CA to verify the server, and a
@@ -186,7 +189,7 @@ func defaultConfig() Config {
 		StateDir:            defaultStateDir(),
 		SnapshotInterval:    30 * time.Second,
 		SnapshotCPU:         persist.DefaultSnapshotCPU,
-		NATS:                NATSConfig{Prefix: cluster.DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1},
+		NATS:                NATSConfig{Prefix: cluster.DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1, ShareLoad: true},
 		ReplicaID:           defaultReplicaID(),
 	}
 }
@@ -256,6 +259,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(&c.NATS.Prefix, "nats-prefix", c.NATS.Prefix, "prefix of the NATS bucket, object store and subject names")
 	fs.DurationVar(&c.NATS.ConnectTimeout, "nats-connect-timeout", c.NATS.ConnectTimeout, "how long start-up waits for NATS before failing")
 	fs.IntVar(&c.NATS.Replicas, "nats-replicas", c.NATS.Replicas, "JetStream replicas of the registry bucket and snapshot store when this replica creates them")
+	fs.BoolVar(&c.NATS.ShareLoad, "nats-share-load", c.NATS.ShareLoad, "share Route load, predictions and marks with the other replicas (false: registry and snapshots only)")
 	fs.StringVar(&c.ReplicaID, "replica-id", c.ReplicaID, "this replica's name on NATS subjects (letters, digits, - and _)")
 	fs.Float64Var(&c.SnapshotCPU, "snapshot-cpu", c.SnapshotCPU, "share of one core a periodic snapshot may take, in (0, 1] (the shutdown snapshot runs flat out)")
 }

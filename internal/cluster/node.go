@@ -51,7 +51,7 @@ type Config struct {
 	// replicas' load state. Default 300ms.
 	BootstrapWait time.Duration
 	// SnapshotsKept is how many snapshot objects the object store keeps
-	// (the newest). Default 3.
+	// (the newest). Default 4.
 	SnapshotsKept int
 	// OnStatus, when set, is called when the connection to NATS is lost
 	// (false) and back (true).
@@ -102,7 +102,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBatchBytes = 64 << 10
 	}
 	if c.SnapshotsKept <= 0 {
-		c.SnapshotsKept = 3
+		c.SnapshotsKept = 4
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -125,8 +125,9 @@ type Node struct {
 	pub       publisher
 	sync      loadSync
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop    chan struct{}
+	rewatch chan struct{} // the connection is back: restart the registry watch
+	wg      sync.WaitGroup
 }
 
 // Connect dials NATS, creates (or opens) the registry bucket and the
@@ -143,7 +144,8 @@ func Connect(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, metrics: m, epoch: uint64(time.Now().UnixNano()), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, metrics: m, epoch: uint64(time.Now().UnixNano()),
+		stop: make(chan struct{}), rewatch: make(chan struct{}, 1)}
 	n.pub.init(n)
 	n.sync.init(n)
 	opts := []nats.Option{
@@ -255,6 +257,7 @@ func (n *Node) onDisconnect(_ *nats.Conn, err error) {
 func (n *Node) onReconnect(nc *nats.Conn) {
 	n.log.Info("NATS connection back; resynchronising load", "server", nc.ConnectedUrlRedacted())
 	n.setConnected(true)
+	signal(n.rewatch)
 	n.sync.lost(resyncLost)
 }
 

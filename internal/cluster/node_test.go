@@ -267,3 +267,45 @@ func TestRestartedReplicaKeepsItsRequests(t *testing.T) {
 	}
 	eventually(t, "the old requests finished through the new A", func() bool { return b.r.ActiveRequests() == 1 })
 }
+
+func resyncs(n *Node, reason string) float64 {
+	return testutil.ToFloat64(n.metrics.resyncs.WithLabelValues(reason))
+}
+
+// TestGapAndDriftResync: a request the receiver holds that the origin
+// does not (drift) is dropped after two disagreeing digests; a skipped
+// sequence number makes the receiver ask for the state.
+func TestGapAndDriftResync(t *testing.T) {
+	ns := natstest.Start(t)
+	a := startReplica(t, ns.URL(), "a")
+	b := startReplica(t, ns.URL(), "b")
+	if _, err := a.r.Route(prompt(1), "r1", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B has r1", func() bool { return b.r.ActiveRequests() == 1 })
+
+	// Drift: B holds a request of A's that A does not.
+	ghost := scoring.LoadChange{Kind: scoring.ChangeRoute, RequestID: "ghost", WorkerID: "w1"}
+	if err := b.r.ApplyRemote(originKey("a", a.node.epoch), &ghost); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B drops the ghost after two digests", func() bool {
+		return resyncs(b.node, resyncDigest) >= 1 && digestsAgree(a, b) && b.r.ActiveRequests() == 1
+	})
+
+	// Messages lost: A's next batch skips seqs, and the changes in them
+	// never reach B; B asks for A's state.
+	a.node.pub.mu.Lock()
+	a.node.pub.seq += 5
+	a.node.pub.mu.Unlock()
+	lost := scoring.LoadChange{Kind: scoring.ChangeRoute, RequestID: "lost", WorkerID: "w2"}
+	if err := a.r.ApplyRemote("", &lost); err != nil { // A's own, never published
+		t.Fatal(err)
+	}
+	if _, err := a.r.Route(prompt(2), "r2", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B resyncs on the gap", func() bool {
+		return resyncs(b.node, resyncGap) >= 1 && digestsAgree(a, b) && b.r.ActiveRequests() == 3
+	})
+}

@@ -152,4 +152,4 @@ func (p *publisher) lastSeq() uint64 {
 
 // Publish is the scoring Router's OnChange: it queues a change for the
 // other replicas.
-func (n *Node) Publish(c *scoring.LoadChange) { n.pub.publish(c) }
+func (n *Node) Publish(c scoring.LoadChange) { n.pub.publish(&c) }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -69,7 +70,9 @@ type WorkerEvent struct {
 
 // WatchWorkers calls fn with every registration in the bucket, then closes
 // loaded, then calls fn with every change until the node closes. fn runs
-// on one goroutine, in revision order.
+// on one goroutine, in revision order. After a reconnect the watch starts
+// again from the bucket's content (the server may have lost the watch's
+// consumer), so fn sees some registrations again: it must be idempotent.
 func (n *Node) WatchWorkers(fn func(WorkerEvent)) (loaded <-chan struct{}, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := n.kv.WatchAll(ctx)
@@ -79,18 +82,43 @@ func (n *Node) WatchWorkers(fn func(WorkerEvent)) (loaded <-chan struct{}, err e
 	}
 	done := make(chan struct{})
 	n.wg.Go(func() {
-		<-n.stop
-		cancel()
-		_ = w.Stop()
-	})
-	n.wg.Go(func() {
-		initial := true
-		for e := range w.Updates() {
-			if e == nil {
-				if initial {
-					initial = false
+		defer cancel()
+		first := true
+		for w != nil {
+			again := n.watch(w, fn, func() {
+				if first {
+					first = false
 					close(done)
 				}
+			})
+			_ = w.Stop()
+			if !again {
+				break
+			}
+			w = n.rewatchAll(ctx)
+		}
+		if first {
+			close(done)
+		}
+	})
+	return done, nil
+}
+
+// watch passes w's entries to fn until the node stops (false) or the
+// connection came back (true: watch again).
+func (n *Node) watch(w jetstream.KeyWatcher, fn func(WorkerEvent), loaded func()) bool {
+	for {
+		select {
+		case <-n.stop:
+			return false
+		case <-n.rewatch:
+			return true
+		case e, ok := <-w.Updates():
+			if !ok {
+				return true
+			}
+			if e == nil {
+				loaded()
 				continue
 			}
 			id, err := workerID(e.Key())
@@ -109,9 +137,22 @@ func (n *Node) WatchWorkers(fn func(WorkerEvent)) (loaded <-chan struct{}, err e
 			}
 			fn(ev)
 		}
-		if initial {
-			close(done)
+	}
+}
+
+// rewatchAll starts the watch again, retrying until it works or the node
+// stops (nil).
+func (n *Node) rewatchAll(ctx context.Context) jetstream.KeyWatcher {
+	for {
+		w, err := n.kv.WatchAll(ctx)
+		if err == nil {
+			return w
 		}
-	})
-	return done, nil
+		n.log.Warn("registry watch not restarted; retrying", "err", err)
+		select {
+		case <-n.stop:
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -12,12 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Index snapshots live in the object store <prefix>-snapshots, one object
-// per replica, named snapshot-<replica id>, in the snapshot file format of
-// internal/state. A replica overwrites its own object on every snapshot;
-// after a put the store keeps the newest Config.SnapshotsKept objects. The
-// store checks each object's SHA-256 digest as it is read; the reader of
-// the content checks the format's own checksums.
+// Index snapshots live in the object store <prefix>-snapshots, in the
+// snapshot file format of internal/state, as objects named
+// snapshot-<replica id>-<unix nanoseconds>. An object is never
+// overwritten, so a replica reading one is not cut short by its writer's
+// next snapshot; after a put the store keeps the newest
+// Config.SnapshotsKept objects (of all replicas). The store checks each
+// object's SHA-256 digest as it is read; the reader of the content checks
+// the format's own checksums.
 
 const snapshotObjectPrefix = "snapshot-"
 
@@ -34,7 +36,7 @@ type SnapshotObject struct {
 func (n *Node) PutSnapshot(ctx context.Context, fill func(io.Writer) error) (SnapshotObject, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(fill(pw)) }()
-	name := snapshotObjectPrefix + n.cfg.ReplicaID
+	name := fmt.Sprintf("%s%s-%d", snapshotObjectPrefix, n.cfg.ReplicaID, time.Now().UnixNano())
 	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "kvrouter index snapshot"}, pr)
 	pr.CloseWithError(err) // stops fill if the upload failed first
 	if err != nil {
@@ -68,14 +70,29 @@ func (n *Node) Snapshots(ctx context.Context) ([]SnapshotObject, error) {
 	return out, nil
 }
 
-// OpenSnapshot reads a snapshot object. The reader's last Read fails
-// (jetstream.ErrDigestMismatch) when the content is not what was put.
+// ErrSnapshotCorrupt is a snapshot object whose content is not what was
+// put (its SHA-256 digest does not match).
+var ErrSnapshotCorrupt = errors.New("snapshot object corrupt")
+
+// OpenSnapshot reads a snapshot object. The reader's last Read fails with
+// ErrSnapshotCorrupt when the content is not what was put; other errors
+// (a timeout, the object replaced while it was read) are worth a retry.
 func (n *Node) OpenSnapshot(ctx context.Context, name string) (io.ReadCloser, error) {
 	r, err := n.obs.Get(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: get snapshot %s: %w", name, err)
 	}
-	return r, nil
+	return digestReader{r}, nil
+}
+
+type digestReader struct{ jetstream.ObjectResult }
+
+func (d digestReader) Read(p []byte) (int, error) {
+	n, err := d.ObjectResult.Read(p)
+	if errors.Is(err, jetstream.ErrDigestMismatch) {
+		err = fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
+	}
+	return n, err
 }
 
 // RefusedSnapshot counts a snapshot object found bad by its reader.

@@ -123,8 +123,9 @@ func open(t testing.TB, dir string, reg prometheus.Registerer) *Store {
 	return st
 }
 
-func TestSnapshotRestore(t *testing.T) {
-	dir := t.TempDir()
+// snapshotFixture is an index of four ranks, b/7 written to by b/1's
+// batches, and the ingest positions of three.
+func snapshotFixture(t *testing.T) ([]kv.WorkerRank, *radix.Index, *fakeIngest) {
 	ranks := []kv.WorkerRank{{ID: "a"}, {ID: "b"}, {ID: "b", DPRank: 1}, {ID: "b", DPRank: 7}}
 	ix := radix.New(testIndex)
 	fill(t, ix, ranks)
@@ -133,6 +134,12 @@ func TestSnapshotRestore(t *testing.T) {
 		{ID: "b"}:            {},
 		{ID: "b", DPRank: 1}: {HasSeq: true, Seq: 7, Sum: 9},
 	}}
+	return ranks, ix, cp
+}
+
+func TestSnapshotRestore(t *testing.T) {
+	dir := t.TempDir()
+	ranks, ix, cp := snapshotFixture(t)
 	reg := prometheus.NewRegistry()
 	st := open(t, dir, reg)
 	info, err := st.Snapshot(ix, cp)

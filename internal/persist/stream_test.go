@@ -5,23 +5,14 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/kv"
-	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/state"
 )
 
 // TestSnapshotStream: a snapshot written to a stream reads back into the
 // same index and positions; a damaged or truncated stream is refused.
 func TestSnapshotStream(t *testing.T) {
-	ranks := []kv.WorkerRank{{ID: "a"}, {ID: "b"}, {ID: "b", DPRank: 1}, {ID: "b", DPRank: 7}}
-	ix := radix.New(testIndex)
-	fill(t, ix, ranks)
-	cp := &fakeIngest{pos: map[kv.WorkerRank]ingest.Position{
-		{ID: "a"}:            {HasSeq: true, Seq: 41, Sum: 0xfeed, Epoch: "e1"},
-		{ID: "b"}:            {},
-		{ID: "b", DPRank: 1}: {HasSeq: true, Seq: 7, Sum: 9},
-	}}
+	ranks, ix, cp := snapshotFixture(t)
 	var buf bytes.Buffer
 	counts, err := WriteSnapshot(&buf, ix, cp, 1)
 	if err != nil {

@@ -65,7 +65,7 @@ type Config struct {
 	// the load and predictions, so replicas can share them (replica.go).
 	// It is called on the caller's goroutine, under the Router's read
 	// lock: it must be quick and must not call the Router.
-	OnChange func(*LoadChange)
+	OnChange func(LoadChange)
 
 	// approxTTL bounds a predicted block's life on a worker without events.
 	// No caller outside the package sets it; its tests shorten it.

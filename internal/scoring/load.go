@@ -61,7 +61,10 @@ func (r *Router) MarkPrefillDone(requestID string) error {
 	if err := r.checkRequestID(requestID); err != nil {
 		return err
 	}
-	return r.report(ChangePrefillDone, requestID, r.load.prefillDone(requestID))
+	if r.cfg.OnChange != nil {
+		return r.markShared(ChangePrefillDone, requestID) // replica.go
+	}
+	return r.load.prefillDone(requestID)
 }
 
 // MarkFinished ends a request's load.
@@ -69,7 +72,10 @@ func (r *Router) MarkFinished(requestID string) error {
 	if err := r.checkRequestID(requestID); err != nil {
 		return err
 	}
-	return r.report(ChangeFinished, requestID, r.load.finish(requestID))
+	if r.cfg.OnChange != nil {
+		return r.markShared(ChangeFinished, requestID) // replica.go
+	}
+	return r.load.finish(requestID)
 }
 
 // ActiveRequests returns the number of routed requests not yet finished or

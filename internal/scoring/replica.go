@@ -1,7 +1,6 @@
 package scoring
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -113,26 +112,33 @@ func (t *loadTable) expireTombs(now time.Time) {
 	rs.order = rs.order[i:]
 }
 
-// report passes a local change to OnChange. A mark of a request this
-// replica does not know is, with replicas, not an error: the request may
-// have been routed on another replica whose change has not arrived yet. It
-// is reported, and tombstoned here so that the late add is dropped.
-func (r *Router) report(kind ChangeKind, id string, err error) error {
-	if r.cfg.OnChange == nil {
-		return err
-	}
-	if err != nil && !isNotFound(err) {
-		return err
-	}
+// markShared is MarkPrefillDone or MarkFinished with replicas: it applies
+// the mark and reports it. A mark of a request this replica does not know
+// is not an error: the request may have been routed on another replica
+// whose change has not arrived yet. It is reported, and tombstoned here so
+// that the late add is dropped; so is a mark of another replica's request,
+// which that replica may send again in a state transfer before it has
+// applied the mark. A mark of this replica's own request needs none: no
+// one sends it back.
+func (r *Router) markShared(kind ChangeKind, id string) error {
 	now := r.cfg.now()
-	r.load.mu.Lock()
-	r.load.mark(id, kind == ChangeFinished, now)
-	r.load.mu.Unlock()
-	r.cfg.OnChange(&LoadChange{Kind: kind, RequestID: id})
+	t := r.load
+	t.mu.Lock()
+	q, ok := t.requests[id]
+	if !ok || q.origin != "" {
+		t.mark(id, kind == ChangeFinished, now)
+	}
+	switch {
+	case !ok:
+	case kind == ChangeFinished:
+		t.release(q)
+	default:
+		q.markPrefillDone()
+	}
+	t.mu.Unlock()
+	r.cfg.OnChange(LoadChange{Kind: kind, RequestID: id})
 	return nil
 }
-
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 // reportRoute passes a Route's change to OnChange. The caller holds r.mu's
 // read lock.
@@ -140,7 +146,7 @@ func (r *Router) reportRoute(id string, chosen *rank, pb, pt, db int64, predicte
 	if r.cfg.OnChange == nil {
 		return
 	}
-	r.cfg.OnChange(&LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
+	r.cfg.OnChange(LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
 		PrefillBlocks: pb, PrefillTokens: pt, DecodeBlocks: db, Predicted: predicted})
 }
 
@@ -196,7 +202,10 @@ func (r *Router) applyRoute(origin string, c *LoadChange, now time.Time) error {
 func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expires time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.requests[c.RequestID]; ok {
+	if q, ok := t.requests[c.RequestID]; ok {
+		if c.PrefillDone { // a state transfer: the prefill-done may have been missed
+			q.markPrefillDone()
+		}
 		return nil
 	}
 	t.expireTombs(now)

@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ func newReplicaPair(t *testing.T) *replicaPair {
 	record := func(q *[]LoadChange) func(*Config) {
 		return func(c *Config) {
 			c.RequestTTL = time.Minute
-			c.OnChange = func(ch *LoadChange) {
-				cp := *ch
+			c.OnChange = func(ch LoadChange) {
+				cp := ch
 				cp.Predicted = slices.Clone(ch.Predicted)
 				*q = append(*q, cp)
 			}
@@ -190,10 +191,26 @@ func TestReplicaResetAndDigest(t *testing.T) {
 func TestReplicaUnknownWorker(t *testing.T) {
 	p := newReplicaPair(t)
 	err := p.b.r.ApplyRemote("A", &LoadChange{Kind: ChangeRoute, RequestID: "x", WorkerID: "nope"})
-	if !isNotFound(err) || p.b.r.ActiveRequests() != 0 {
+	if !errors.Is(err, ErrNotFound) || p.b.r.ActiveRequests() != 0 {
 		t.Fatalf("route on an unknown worker: %v, %d active; want ErrNotFound and nothing added", err, p.b.r.ActiveRequests())
 	}
 	if err := p.b.r.ApplyRemote("A", &LoadChange{Kind: 99}); err == nil {
 		t.Fatal("unknown change kind applied")
 	}
+}
+
+// TestReplicaResetCarriesPrefillDone: a prefill-done B missed reaches it
+// with A's state.
+func TestReplicaResetCarriesPrefillDone(t *testing.T) {
+	p := newReplicaPair(t)
+	if _, err := p.a.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 4*bs)}, "r1", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, p.b, "A", &p.fromA)
+	if err := p.a.r.MarkPrefillDone("r1"); err != nil {
+		t.Fatal(err)
+	}
+	p.fromA = p.fromA[:0] // lost
+	p.b.r.ResetRemote("A", p.a.r.LocalLoad())
+	sameLoads(t, "after a reset that carries a missed prefill-done", p.a.r, p.b.r)
 }

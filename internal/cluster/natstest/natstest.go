@@ -18,13 +18,17 @@ type Server struct {
 	dir  string
 	port int
 	srv  *server.Server
+	mod  func(*server.Options)
 }
 
 // Start runs a NATS server with JetStream stored in a temporary directory,
 // on a free loopback port; it is shut down when the test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, nil) }
+
+// StartWith is Start with the server's options changed by mod (TLS, say).
+func StartWith(t testing.TB, mod func(*server.Options)) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), port: -1}
+	s := &Server{t: t, dir: t.TempDir(), port: -1, mod: mod}
 	s.Restart()
 	t.Cleanup(s.Stop)
 	return s
@@ -50,6 +54,9 @@ func (s *Server) Restart() {
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.dir,
 		NoLog: true, NoSigs: true, ServerName: "kvrouter-test",
+	}
+	if s.mod != nil {
+		s.mod(opts)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
