@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,12 +40,17 @@ func RouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string) ChooseFun
 		if err != nil {
 			return Choice{}, fmt.Errorf("route: %w", err)
 		}
-		i, ok := f.Index(resp.WorkerId)
-		if !ok {
-			return Choice{}, fmt.Errorf("route chose unknown worker %q", resp.WorkerId)
-		}
-		return Choice{Engine: i, Routed: true, RouteLatency: lat, Matched: resp.MatchedBlocks, PromptBlocks: resp.PromptBlocks}, nil
+		return routeChoice(f, resp, lat)
 	}
+}
+
+// routeChoice maps a Route answer to the fleet.
+func routeChoice(f *Fleet, resp *kvrouterv1.RouteResponse, lat time.Duration) (Choice, error) {
+	i, ok := f.Index(resp.WorkerId)
+	if !ok {
+		return Choice{}, fmt.Errorf("route chose unknown worker %q", resp.WorkerId)
+	}
+	return Choice{Engine: i, Routed: true, RouteLatency: lat, Matched: resp.MatchedBlocks, PromptBlocks: resp.PromptBlocks}, nil
 }
 
 // RoundRobin cycles through n engines in arrival order.
@@ -110,6 +113,30 @@ type CompareConfig struct {
 	Progress io.Writer
 	// Seed seeds the random policy.
 	Seed uint64
+	// Replicas, when set, runs each router policy once per entry with that
+	// many routers behind a round-robin Gateway (1 included); empty runs one
+	// router called directly.
+	Replicas []int
+	// Sync lists, for each replica count, whether the routers run in cluster
+	// mode on an embedded NATS server (true) or as independent routers each
+	// registered with every engine (false, the ablation). Empty: [true].
+	Sync []bool
+	// Marks is where the gateway sends marks (MarksSpread by default).
+	Marks string
+	// RoutesToFirst makes the gateway send every Route to replica 0
+	// (GatewayConfig.RoutesToFirst).
+	RoutesToFirst bool
+	// KillAt, in (0, 1), sends replica KillReplica SIGKILL once that fraction
+	// of the requests has been routed, in runs with more than one replica;
+	// every run reports its hit rate before and after that point.
+	KillAt      float64
+	KillReplica int
+	// Rounds repeats the whole list of runs (A B A B ...; default 1).
+	Rounds int
+	// SyncLagProbes, in cluster runs with two replicas besides the one
+	// KillAt kills, probes the replicas' sync lag that many times during the
+	// replay (MeasureSyncLag, from a quarter of the trace on); 0: none.
+	SyncLagProbes int
 	// PooledCeiling, when positive, is the pooled ceiling's hit rate for
 	// Requests at Engines x Capacity, computed by the caller (a sweep shares
 	// it between runs); zero computes it.
@@ -142,24 +169,92 @@ type PolicyResult struct {
 	FirstError      string  `json:"first_error,omitempty"`
 	MaxLag          string  `json:"max_dispatch_lag"`
 	WallSeconds     float64 `json:"wall_seconds"`
+	// Replicas is the number of routers behind the gateway (0: one router
+	// called directly); Sync whether they ran in cluster mode; Round which
+	// repetition of the runs this is.
+	Replicas int  `json:"replicas,omitempty"`
+	Sync     bool `json:"sync,omitempty"`
+	Round    int  `json:"round,omitempty"`
+	// RouterCPUSeconds is the CPU time every router process used during the
+	// replay (Route, marks, event ingestion, sync); RouterCPUPerRoute is that
+	// over the Routes, in microseconds.
+	RouterCPUSeconds  float64 `json:"router_cpu_seconds,omitempty"`
+	RouterCPUPerRoute float64 `json:"router_cpu_us_per_route,omitempty"`
+	// NATS is the embedded server's traffic during the replay (cluster mode),
+	// in and out, less what it sent kvbench's own tap; NATSPublished is
+	// what was published, by kind of subject (load, state, registry,
+	// snapshots, jetstream-api, ...), and Load* the load subjects' share
+	// per Route.
+	NATS              *NATSTraffic        `json:"nats,omitempty"`
+	NATSMsgsPerRoute  float64             `json:"nats_msgs_per_route,omitempty"`
+	NATSBytesPerRoute float64             `json:"nats_bytes_per_route,omitempty"`
+	NATSPublished     map[string]NATSFlow `json:"nats_published,omitempty"`
+	LoadMsgsPerRoute  float64             `json:"nats_load_msgs_published_per_route,omitempty"`
+	LoadBytesPerRoute float64             `json:"nats_load_bytes_published_per_route,omitempty"`
+	Gateway           *GatewayStats       `json:"gateway,omitempty"`
+	// Split is the hit rate before and after the KillAt point; Failover what
+	// the kill did, in runs that killed a replica.
+	Split    *HitSplit `json:"split,omitempty"`
+	Failover *Failover `json:"failover,omitempty"`
+	// ActiveAfter is each replica's kvrouter_active_requests after every
+	// request finished (-1 for a killed replica): requests it still holds.
+	ActiveAfter []float64 `json:"active_requests_after,omitempty"`
+	// SyncLag is the probed lag of a Route's state reaching another replica.
+	SyncLag      *SyncLag `json:"sync_lag,omitempty"`
+	SyncLagError string   `json:"sync_lag_error,omitempty"`
+}
+
+// Label names the run: the policy, and with replicas their count and mode.
+func (p *PolicyResult) Label() string {
+	if p.Replicas == 0 {
+		return p.Policy
+	}
+	mode := "nosync"
+	if p.Sync {
+		mode = "sync"
+	}
+	return fmt.Sprintf("%s x%d %s", p.Policy, p.Replicas, mode)
+}
+
+// HitSplit is the engines' hit rate over the requests served before and
+// after a point of the replay.
+type HitSplit struct {
+	AtRequest int     `json:"at_request"`
+	Before    float64 `json:"hit_rate_before"`
+	After     float64 `json:"hit_rate_after"`
+}
+
+// Failover is what killing one replica mid-run cost.
+type Failover struct {
+	Replica   int     `json:"replica"`
+	AtRequest int     `json:"at_request"`
+	AtSeconds float64 `json:"at_wall_seconds"`
+	// RoutesInFlight were unanswered when the kill was sent.
+	RoutesInFlight int64 `json:"routes_in_flight"`
+	// After are the gateway's counters from the replica's death to the end.
+	After     GatewayStats `json:"gateway_after"`
+	KillError string       `json:"kill_error,omitempty"`
 }
 
 // Report is the whole comparison.
 type Report struct {
-	Trace           string         `json:"trace"`
-	Requests        int            `json:"requests"`
-	Engines         int            `json:"engines"`
-	CapacityBlocks  int            `json:"capacity_blocks_per_engine"`
-	BlockSize       int            `json:"block_size"`
-	SpeedUp         float64        `json:"speed_up"`
-	PrefillPerToken string         `json:"prefill_per_token"`
-	DecodePerToken  string         `json:"decode_per_token"`
-	Format          string         `json:"event_format"`
-	RouterArgs      []string       `json:"router_args"`
-	PooledCeiling   float64        `json:"pooled_ceiling_hit_rate"`
-	UnlimitedIDHit  float64        `json:"unlimited_cache_hit_rate_512"`
-	Results         []PolicyResult `json:"results"`
-	Started         time.Time      `json:"started"`
+	Trace           string   `json:"trace"`
+	Requests        int      `json:"requests"`
+	Engines         int      `json:"engines"`
+	CapacityBlocks  int      `json:"capacity_blocks_per_engine"`
+	BlockSize       int      `json:"block_size"`
+	SpeedUp         float64  `json:"speed_up"`
+	PrefillPerToken string   `json:"prefill_per_token"`
+	DecodePerToken  string   `json:"decode_per_token"`
+	Format          string   `json:"event_format"`
+	RouterArgs      []string `json:"router_args"`
+	PooledCeiling   float64  `json:"pooled_ceiling_hit_rate"`
+	UnlimitedIDHit  float64  `json:"unlimited_cache_hit_rate_512"`
+	// GatewayMarks and RoutesToFirst are the replica gateway's settings.
+	GatewayMarks  string         `json:"gateway_marks,omitempty"`
+	RoutesToFirst bool           `json:"gateway_routes_to_first,omitempty"`
+	Results       []PolicyResult `json:"results"`
+	Started       time.Time      `json:"started"`
 }
 
 // Compare runs every policy on a fresh fleet (so caches start empty) and
@@ -183,6 +278,12 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
 	}
+	if len(cfg.Replicas) > 0 {
+		rep.GatewayMarks, rep.RoutesToFirst = cfg.Marks, cfg.RoutesToFirst
+		if rep.GatewayMarks == "" {
+			rep.GatewayMarks = MarksSpread
+		}
+	}
 	rep.PooledCeiling = cfg.PooledCeiling
 	if rep.PooledCeiling <= 0 {
 		if cfg.Progress != nil {
@@ -191,10 +292,14 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		rep.PooledCeiling = trace.PooledCeiling(cfg.Requests, cfg.BlockSize, cfg.Engines*cfg.Capacity).HitRate()
 	}
 	rep.UnlimitedIDHit = trace.IDHitRate(cfg.Requests)
-	for _, p := range cfg.Policies {
-		r, err := runPolicy(ctx, cfg, p)
+	vs, err := cfg.variants()
+	if err != nil {
+		return rep, err
+	}
+	for _, v := range vs {
+		r, err := runPolicy(ctx, cfg, v)
 		if err != nil {
-			return rep, fmt.Errorf("policy %s: %w", p, err)
+			return rep, fmt.Errorf("policy %s: %w", v.label(), err)
 		}
 		if rep.PooledCeiling > 0 {
 			r.HitRateOfCeiling = r.HitRate / rep.PooledCeiling
@@ -204,132 +309,52 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 	return rep, nil
 }
 
-func runPolicy(ctx context.Context, cfg CompareConfig, policy string) (*PolicyResult, error) {
-	fleet, err := StartFleet(FleetConfig{
-		Engines: cfg.Engines,
-		Replay:  true,
-		Engine: engine.Config{
-			BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Capacity, Format: cfg.Format,
-			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken,
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer fleet.Close()
+// variant is one run of a comparison.
+type variant struct {
+	policy   string
+	replicas int // 0: one router called directly
+	sync     bool
+	round    int
+}
 
-	var (
-		choose ChooseFunc
-		router *Router
-	)
-	switch policy {
-	case PolicyKV, PolicyKVNoPredict:
-		rc := cfg.Router
-		rc.BlockSize = cfg.BlockSize
-		rc.Args = append([]string(nil), cfg.Router.Args...)
-		if policy == PolicyKVNoPredict {
-			rc.Args = append(rc.Args, "--predict=false")
-		}
-		rc.Args = ScaleRouterArgs(rc.Args, cfg.SpeedUp)
-		if cfg.OutDir != "" {
-			lf, err := os.Create(filepath.Join(cfg.OutDir, "router-"+policy+".log"))
-			if err != nil {
-				return nil, err
-			}
-			defer lf.Close()
-			rc.Log = lf
-		}
-		router, err = StartRouter(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		defer router.Stop()
-		if err := fleet.Register(ctx, router.Registry, cfg.Model, 20*time.Second); err != nil {
-			return nil, err
-		}
-		choose = RouterChooser(router.Router, fleet, cfg.Model)
-	case PolicyRoundRobin:
-		choose = RoundRobin(cfg.Engines)
-	case PolicyRandom:
-		choose = Random(cfg.Engines, cfg.Seed)
-	default:
-		return nil, fmt.Errorf("unknown policy %q (want one of %s)", policy, strings.Join(AllPolicies, ", "))
-	}
+func (v variant) label() string {
+	r := PolicyResult{Policy: v.policy, Replicas: v.replicas, Sync: v.sync}
+	return r.Label()
+}
 
-	pc := PlayConfig{
-		Fleet: fleet, Requests: cfg.Requests, Choose: choose, IDPrefix: policy + "-",
-		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
+func isRouterPolicy(p string) bool { return p == PolicyKV || p == PolicyKVNoPredict }
+
+// variants lists the runs in order: every policy (each router policy once per
+// replica count and sync mode), the whole list Rounds times.
+func (cfg *CompareConfig) variants() ([]variant, error) {
+	syncs := cfg.Sync
+	if len(syncs) == 0 {
+		syncs = []bool{true}
 	}
-	if router != nil {
-		pc.Router = router.Router
+	if cfg.KillAt < 0 || cfg.KillAt >= 1 {
+		return nil, fmt.Errorf("compare: kill at %v: want a fraction in (0, 1)", cfg.KillAt)
 	}
-	if cfg.Progress != nil {
-		pc.OnProgress = func(p Progress) {
-			t := fleet.Totals()
-			hit := 0.0
-			if t.PromptBlocks > 0 {
-				hit = float64(t.CachedBlocks) / float64(t.PromptBlocks)
-			}
-			fmt.Fprintf(cfg.Progress, "%-18s %6d/%d requests  trace time %-9s  lag %-8s  hit %.1f%%\n",
-				policy, p.Dispatched, p.Total, p.Sim.Truncate(time.Second), p.Lag.Truncate(time.Millisecond), 100*hit)
+	for _, n := range cfg.Replicas {
+		if n < 1 {
+			return nil, fmt.Errorf("compare: replicas %d: want at least 1", n)
+		}
+		if cfg.KillAt > 0 && n > 1 && (cfg.KillReplica < 0 || cfg.KillReplica >= n) {
+			return nil, fmt.Errorf("compare: kill replica %d of %d", cfg.KillReplica, n)
 		}
 	}
-	pr, err := Play(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	tot := fleet.Totals()
-	res := &PolicyResult{
-		Policy: policy, Requests: pr.Requests,
-		PromptBlocks: tot.PromptBlocks, CachedBlocks: tot.CachedBlocks,
-		PromptTokens:    pr.PromptTokens,
-		TTFT:            stats.Summarize(pr.TTFT),
-		Route:           stats.Summarize(pr.RouteLatency),
-		EventsPublished: tot.Events,
-		ChooseErrors:    pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
-		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
-	}
-	if tot.PromptBlocks > 0 {
-		res.HitRate = float64(tot.CachedBlocks) / float64(tot.PromptBlocks)
-	}
-	if pr.RouterPromptBlocks > 0 {
-		res.RouterHitRate = float64(pr.RouterMatched) / float64(pr.RouterPromptBlocks)
-	}
-	loads := make([]float64, len(pr.PromptTokens))
-	for i, v := range pr.PromptTokens {
-		loads[i] = float64(v)
-	}
-	res.Imbalance = stats.Imbalance(loads)
-	work := make([]float64, len(fleet.Engines))
-	for i, e := range fleet.Engines {
-		s := e.Stats()
-		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
-	}
-	res.PrefillImbalance = stats.Imbalance(work)
-	if router != nil {
-		// Let the router drain what was published, then read its counters.
-		deadline := time.Now().Add(10 * time.Second)
-		var last uint64
-		for stable := 0; ; {
-			n, err := EventsApplied(ctx, router.Registry, cfg.Model)
-			if err != nil {
-				return nil, err
+	var vs []variant
+	for round := 0; round < max(cfg.Rounds, 1); round++ {
+		for _, p := range cfg.Policies {
+			if !isRouterPolicy(p) || len(cfg.Replicas) == 0 {
+				vs = append(vs, variant{policy: p, round: round})
+				continue
 			}
-			res.EventsApplied = n
-			if n == last {
-				stable++
-			} else {
-				stable = 0
+			for _, n := range cfg.Replicas {
+				for _, s := range syncs {
+					vs = append(vs, variant{policy: p, replicas: n, sync: s, round: round})
+				}
 			}
-			last = n
-			if n >= tot.Events || stable >= 3 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if pr.Wall > 0 {
-			res.EventsPerSec = float64(res.EventsApplied) / pr.Wall.Seconds()
 		}
 	}
-	return res, nil
+	return vs, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/xml"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -87,16 +86,11 @@ func smallTrace() []trace.Request {
 }
 
 func TestPlayWithRouter(t *testing.T) {
-	fr := &fakeRouter{n: 2, failAt: 3, order: map[string][]string{}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	kvrouterv1.RegisterRouterServer(srv, fr)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fr, _, addr := serveFake(t)
+	fr.mu.Lock()
+	fr.failAt = 3 // the server already serves: set under its lock
+	fr.mu.Unlock()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,79 @@ func (r *Report) WriteTable(w io.Writer) error {
 			evs = fmt.Sprintf("%.0f", p.EventsPerSec)
 		}
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%.0f%%\t%.2f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
-			p.Policy, 100*p.HitRate, 100*p.HitRateOfCeiling, p.Imbalance,
+			p.Label(), 100*p.HitRate, 100*p.HitRateOfCeiling, p.Imbalance,
 			secs(p.TTFT.P50), secs(p.TTFT.P99), route50, route99, evs, p.ChooseErrors+int(p.MarkErrors))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return r.writeReplicaTable(w)
+}
+
+// writeReplicaTable writes, for runs through the replica gateway or with a
+// split point, what the gateway saw, what the routers and NATS cost, and the
+// hit rate before and after the split (the kill).
+func (r *Report) writeReplicaTable(w io.Writer) error {
+	show := false
+	for _, p := range r.Results {
+		show = show || p.Gateway != nil || p.Split != nil
+	}
+	if !show {
+		return nil
+	}
+	fmt.Fprintln(w)
+	if r.GatewayMarks != "" {
+		to := "round-robin"
+		if r.RoutesToFirst {
+			to = "replica 0 (--routes-to-first)"
+		}
+		fmt.Fprintf(w, "gateway: Routes %s, marks %s\n", to, r.GatewayMarks)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\troutes per replica\troute retries\troutes failed\tmarks not found\tmarks failed\tactive after\trouter CPU us/route\tNATS msgs/route\tNATS bytes/route\tload pub msgs/route\tload pub bytes/route\tsync lag p50/p99 ms\thit before\thit after\tkilled\t")
+	for _, p := range r.Results {
+		per, retries, failed, nf, mf := "-", "-", "-", "-", "-"
+		if g := p.Gateway; g != nil {
+			ss := make([]string, len(g.RoutesPerReplica))
+			for i, n := range g.RoutesPerReplica {
+				ss[i] = fmt.Sprint(n)
+			}
+			per = strings.Join(ss, "/")
+			retries, failed = fmt.Sprint(g.RouteRetries+g.MarkRetries), fmt.Sprint(g.RoutesFailed)
+			nf, mf = fmt.Sprint(g.MarksNotFound), fmt.Sprint(g.MarksFailed)
+		}
+		active := "-"
+		if len(p.ActiveAfter) > 0 {
+			ss := make([]string, len(p.ActiveAfter))
+			for i, v := range p.ActiveAfter {
+				ss[i] = "dead"
+				if v >= 0 {
+					ss[i] = fmt.Sprint(v)
+				}
+			}
+			active = strings.Join(ss, "/")
+		}
+		cpu, msgs, bytes, lmsgs, lbytes := "-", "-", "-", "-", "-"
+		if p.RouterCPUPerRoute > 0 {
+			cpu = fmt.Sprintf("%.0f", p.RouterCPUPerRoute)
+		}
+		if p.NATS != nil {
+			msgs, bytes = fmt.Sprintf("%.1f", p.NATSMsgsPerRoute), fmt.Sprintf("%.0f", p.NATSBytesPerRoute)
+			lmsgs, lbytes = fmt.Sprintf("%.2f", p.LoadMsgsPerRoute), fmt.Sprintf("%.0f", p.LoadBytesPerRoute)
+		}
+		lag := "-"
+		if l := p.SyncLag; l != nil && l.Lag.N > 0 {
+			lag = fmt.Sprintf("%s/%s", ms(l.Lag.P50), ms(l.Lag.P99))
+		}
+		before, after, killed := "-", "-", "-"
+		if s := p.Split; s != nil {
+			before, after = fmt.Sprintf("%.1f%%", 100*s.Before), fmt.Sprintf("%.1f%%", 100*s.After)
+		}
+		if f := p.Failover; f != nil {
+			killed = fmt.Sprintf("#%d at req %d (%d in flight)", f.Replica, f.AtRequest, f.RoutesInFlight)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Label(), per, retries, failed, nf, mf, active, cpu, msgs, bytes, lmsgs, lbytes, lag, before, after, killed)
 	}
 	return tw.Flush()
 }
@@ -90,7 +161,7 @@ func (r *Report) SVG() string {
 		yy := y(p.HitRate, maxHit)
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, yy, slot*0.6, float64(top+plotH)-yy, colorHit)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s font-size="11" text-anchor="middle">%.1f%%</text>`+"\n", x+slot*0.3, yy-4, fontFamily, 100*p.HitRate)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s font-size="11" text-anchor="middle">%s</text>`+"\n", x+slot*0.3, top+plotH+16, fontFamily, html.EscapeString(p.Policy))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s font-size="11" text-anchor="middle">%s</text>`+"\n", x+slot*0.3, top+plotH+16, fontFamily, html.EscapeString(p.Label()))
 	}
 	cy := y(r.PooledCeiling, maxHit)
 	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="6,4"/>`+"\n", leftA, cy, leftA+panelW, cy, colorCeil)
@@ -116,14 +187,14 @@ func (r *Report) SVG() string {
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", bx, yy, slot*0.33, float64(top+plotH)-yy, col)
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s font-size="10" text-anchor="middle">%.1f</text>`+"\n", bx+slot*0.165, yy-3, fontFamily, v.Seconds())
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s font-size="11" text-anchor="middle">%s</text>`+"\n", x+slot*0.35, top+plotH+16, fontFamily, html.EscapeString(p.Policy))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" %s font-size="11" text-anchor="middle">%s</text>`+"\n", x+slot*0.35, top+plotH+16, fontFamily, html.EscapeString(p.Label()))
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" %s font-size="11" fill="#555">prefill %s/uncached token, decode %s/token; load imbalance: `, leftA, h-20, fontFamily, r.PrefillPerToken, r.DecodePerToken)
 	for i, p := range r.Results {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %.2f", html.EscapeString(p.Policy), p.Imbalance)
+		fmt.Fprintf(&b, "%s %.2f", html.EscapeString(p.Label()), p.Imbalance)
 	}
 	b.WriteString("</text>\n</svg>\n")
 	return b.String()

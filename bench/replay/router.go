@@ -49,6 +49,7 @@ type Router struct {
 	exited   chan struct{}
 	waitErr  error
 	health   healthpb.HealthClient
+	lastCPU  time.Duration // the CPU time last read by Replicas (kept past a kill)
 	// Started is when the process was started.
 	Started  time.Time
 	GRPCAddr string

@@ -195,3 +195,37 @@ func (b *backend) close(log *slog.Logger) {
 		log.Warn("closing subscriptions", "err", err)
 	}
 }
+
+// waitCaughtUp holds readiness until every followed rank's first catch-up
+// from its engine is over (ingest.Manager.NotCaughtUp), at most wait: an
+// index restored from a snapshot (the state dir's or the cluster's) is
+// exact only once the batches the engines buffered since are applied. A
+// rank still catching up at the deadline (its engine down, say) is logged,
+// and the router serves without it being exact; it catches up when its
+// engine answers.
+func (b *backend) waitCaughtUp(ctx context.Context, wait time.Duration, log *slog.Logger) {
+	if wait <= 0 {
+		return
+	}
+	start := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		pending := b.ing.NotCaughtUp()
+		if len(pending) == 0 {
+			log.Info("every rank caught up with its engine", "took", time.Since(start))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			log.Warn("serving before every rank caught up with its engine (--catch-up-wait)", "ranks_behind", len(pending),
+				"first", pending[0].ID, "dp_rank", pending[0].DPRank, "waited", wait)
+			return
+		case <-tick.C:
+		}
+	}
+}

@@ -93,6 +93,9 @@ func connectCluster(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*c
 		URL: n.URL, CredsFile: n.CredsFile, TLSCA: n.TLS.CA, TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key,
 		Prefix: n.Prefix, ReplicaID: cfg.ReplicaID, Replicas: n.Replicas, ConnectTimeout: n.ConnectTimeout,
 		OnStatus: cm.onStatus, Logger: cm.log, Registerer: reg,
+		// A peer's state is its requests and marks, each up to its
+		// max_active_requests; peers may be configured larger.
+		MaxStateChanges: max(1<<20, 4*cfg.MaxActiveRequests),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster mode (--nats-url): %w", err)
@@ -225,8 +228,34 @@ func (cm *clusterMode) apply(srv *server.Server, ev cluster.WorkerEvent) {
 			cm.log.Warn("replace registration (from the registry bucket)", "worker", ev.ID, "err", err)
 		}
 	}
-	if err := srv.Register(w, src, false); err != nil {
+	err = retryWhileRemoving(cm.node.Done(), removeWait, func() error { return srv.Register(w, src, false) })
+	if err != nil {
 		cm.log.Error("worker in the registry bucket not registered here", "worker", ev.ID, "revision", ev.Revision, "err", err)
+	}
+}
+
+// removeWait bounds how long a registration from the bucket waits for this
+// replica's removal of the same id to finish: longer than ingest's stop
+// timeout.
+const removeWait = 15 * time.Second
+
+// retryWhileRemoving calls register until it is not refused because the
+// id's previous subscriptions are still stopping (an unregistration here
+// whose unfollow runs while the watch applies another replica's
+// re-registration: dropping it would leave this replica without a worker
+// every other one has), for up to wait or until done is closed.
+func retryWhileRemoving(done <-chan struct{}, wait time.Duration, register func() error) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := register()
+		if err == nil || !strings.Contains(err.Error(), "still being removed") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-done:
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,5 +58,32 @@ replica_id: router-1
 	// Without --nats-url none of it is looked at.
 	if _, err := loadConfig([]string{"--replica-id", "a.b"}, io.Discard); err != nil {
 		t.Fatalf("single-router mode checked replica_id: %v", err)
+	}
+}
+
+// TestRetryWhileRemoving: a registration refused while the id's old
+// subscriptions stop is made again; any other refusal is final, and the
+// wait ends when the node closes.
+func TestRetryWhileRemoving(t *testing.T) {
+	removing := errors.New(`worker.kv_events_endpoint: ingest: worker "w" is still being removed (a stopped subscription is finishing a write); try again`)
+	calls := 0
+	err := retryWhileRemoving(nil, time.Minute, func() error {
+		if calls++; calls < 3 {
+			return removing
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("retried register: %v after %d calls, want nil after 3", err, calls)
+	}
+	calls = 0
+	other := errors.New("worker.endpoint: bad")
+	if err := retryWhileRemoving(nil, time.Minute, func() error { calls++; return other }); err != other || calls != 1 {
+		t.Fatalf("other refusal: %v after %d calls, want it after 1", err, calls)
+	}
+	done := make(chan struct{})
+	close(done)
+	if err := retryWhileRemoving(done, time.Minute, func() error { return removing }); err != removing {
+		t.Fatalf("closed node: %v, want the refusal", err)
 	}
 }

@@ -218,13 +218,22 @@ func TestClusterNATSOutage(t *testing.T) {
 		}
 	}
 	routeSome(30) // on local state
+	// A registration without NATS is refused at once, and stays refused:
+	// it must not land in the bucket once NATS is back (the lists of 4
+	// below).
+	regStart := time.Now()
+	_, err := reg.RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{Worker: &kvrouterv1.Worker{WorkerId: "w-outage", Model: "m"}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("register during the NATS outage: %v; want Unavailable", err)
+	}
+	t.Logf("RegisterWorker during the outage refused in %v", time.Since(regStart))
 	ns.Restart()
 	for _, r := range []*router{a, b} {
 		poll(t, "kvrouter.cluster SERVING again", func() bool { return clusterHealth(t, r) == healthpb.HealthCheckResponse_SERVING })
 	}
 	routeSome(10)
 	// The registry watchers survived the outage.
-	regStart := time.Now()
+	regStart = time.Now()
 	if _, err := kvrouterv1.NewRegistryClient(dial(t, b.grpcAddr)).RegisterWorker(ctx10(t), &kvrouterv1.RegisterWorkerRequest{
 		Worker: &kvrouterv1.Worker{WorkerId: "w4", Model: "m"}}); err != nil {
 		t.Fatalf("register after the outage: %v", err)

@@ -32,6 +32,9 @@ type Config struct {
 	LogLevel        string        `yaml:"log_level"`
 	MaxPromptTokens int           `yaml:"max_prompt_tokens"`
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`
+	// CatchUpWait bounds how long readiness waits, at start, for every
+	// followed rank's first catch-up from its engine (0: no wait).
+	CatchUpWait time.Duration `yaml:"catch_up_wait"`
 
 	// Access control: TLS on the gRPC listener (mTLS with TLSClientCA),
 	// bearer tokens per role, and the profiler on the HTTP listener.
@@ -173,6 +176,7 @@ func defaultConfig() Config {
 		LogLevel:               "info",
 		MaxPromptTokens:        sd.MaxPromptTokens,
 		DrainTimeout:           10 * time.Second,
+		CatchUpWait:            10 * time.Second,
 		MaxMMItems:             sd.MaxMMItems,
 		MaxRequestIDBytes:      sd.MaxRequestIDBytes,
 		MaxActiveRequests:      sd.MaxActiveRequests,
@@ -229,6 +233,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.IntVar(&c.MaxPromptTokens, "max-prompt-tokens", c.MaxPromptTokens, "longest prompt accepted, in tokens")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for in-flight RPCs")
+	fs.DurationVar(&c.CatchUpWait, "catch-up-wait", c.CatchUpWait, "how long readiness waits at start for every rank's catch-up from its engine's replay buffer (0: no wait)")
 	fs.IntVar(&c.MaxMMItems, "max-mm-items", c.MaxMMItems, "most multimodal items in one prompt")
 	fs.IntVar(&c.MaxRequestIDBytes, "max-request-id-bytes", c.MaxRequestIDBytes, "longest request_id accepted, in bytes")
 	fs.IntVar(&c.MaxActiveRequests, "max-active-requests", c.MaxActiveRequests, "most routed requests (with a request_id) active at once; Route past it is refused")
@@ -360,6 +365,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("config: max_active_decode_blocks %d must be >= 0 (0: off)", c.MaxActiveDecodeBlocks)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("config: drain_timeout %v must be >= 0", c.DrainTimeout)
+	case c.CatchUpWait < 0:
+		return fmt.Errorf("config: catch_up_wait %v must be >= 0", c.CatchUpWait)
 	case c.IngestQueue < 0:
 		return fmt.Errorf("config: ingest_queue %d must be >= 0 (0: default)", c.IngestQueue)
 	case c.MaxMessageBytes < 0 || c.MaxBatchEvents < 0 || c.IngestQueueBytes < 0 || c.MaxHandshakes < 0:

@@ -93,6 +93,7 @@ func TestFlagDefaults(t *testing.T) {
 		"frame-timeout":             "0s",
 		"max-handshakes":            "0",
 		"catch-up-interval":         "0s",
+		"catch-up-wait":             "10s",
 		"log-format":                "text",
 		"log-level":                 "info",
 		"max-active-decode-blocks":  "0",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // writeEndpointConfig writes a config file with one static worker whose
@@ -32,7 +35,8 @@ func TestConfigEndpointConcreteHostIsDialled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer engine.Close()
-	startRouter(t, "--config", writeEndpointConfig(t, "tcp://"+engine.Addr().String()))
+	// No engine speaks ZMTP here: readiness need not wait for a catch-up.
+	startRouter(t, "--config", writeEndpointConfig(t, "tcp://"+engine.Addr().String()), "--catch-up-wait", "0")
 	engine.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
 	nc, err := engine.Accept()
 	if err != nil {
@@ -52,7 +56,7 @@ func TestConfigEndpointWildcardBinds(t *testing.T) {
 	}
 	port := free.Addr().(*net.TCPAddr).Port
 	free.Close()
-	startRouter(t, "--config", writeEndpointConfig(t, fmt.Sprintf("tcp://*:%d", port)))
+	startRouter(t, "--config", writeEndpointConfig(t, fmt.Sprintf("tcp://*:%d", port)), "--catch-up-wait", "0")
 	nc, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second)
 	if err != nil {
 		t.Fatalf("the router is not listening for engines on tcp://*:%d: %v", port, err)
@@ -69,5 +73,34 @@ func TestConfigEndpointWildcardBinds(t *testing.T) {
 		"--state-dir", t.TempDir(), "--config", writeEndpointConfig(t, ep)).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "address already in use") || !strings.Contains(string(out), "register the engine's address") {
 		t.Fatalf("router with %s while an engine is bound there: err=%v output=%s; want a failure saying what to register", ep, err, out)
+	}
+}
+
+// TestReadinessWaitsForCatchUp: a router whose engine never answers stays
+// NOT_SERVING for --catch-up-wait, then serves and logs which rank is
+// behind.
+func TestReadinessWaitsForCatchUp(t *testing.T) {
+	engine, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never speaks ZMTP
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	r := launchRouter(t, "--config", writeEndpointConfig(t, "tcp://"+engine.Addr().String()), "--catch-up-wait", "4s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(dial(t, r.grpcAddr))
+	if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health right after start: %v, %v; want NOT_SERVING while the rank has not caught up", resp, err)
+	}
+	const warning = "serving before every rank caught up"
+	for {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING && strings.Contains(r.logs(), warning) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("not SERVING with the warning %q: %v, %v; log:\n%s", warning, resp, err, r.logs())
+		}
+		time.Sleep(5 * time.Millisecond) // polling health and the log for the deadline's outcome
 	}
 }

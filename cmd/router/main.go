@@ -98,6 +98,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer b.close(log)
+	b.waitCaughtUp(ctx, cfg.CatchUpWait, log)
 	s.setServing()
 	stopSnapshots := b.snapshotEvery(ctx, cfg.SnapshotInterval, log)
 

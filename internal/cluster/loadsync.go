@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,11 +23,17 @@ type LoadState interface {
 	LoadDigest(origin string) (n int, sum uint64)
 }
 
-// Timeouts of the state requests.
+// Timeouts and bounds of the state requests.
 const (
 	stateTimeout  = 2 * time.Second
 	statePartSize = 256 << 10
 	originIdle    = 10 * time.Minute
+	// maxHeldBytes bounds the changes messages kept while states are
+	// fetched (all origins together); past it the origin is resynced again.
+	maxHeldBytes = 32 << 20
+	// maxBootstrapOrigins bounds the replicas a bootstrap collects state
+	// from: a peer answering as many origins is not one replica.
+	maxBootstrapOrigins = 256
 )
 
 // loadSync receives the other replicas' changes, answers their state
@@ -37,18 +45,23 @@ type loadSync struct {
 	ls      LoadState
 	trk     *tracker
 	pending map[string]string // origin -> reason, waiting for the resyncer
+	held    map[string]*held  // origin -> changes received while its state is fetched
+	holdAll bool              // bootstrapping: hold every origin's changes
+	heldLen int               // bytes in held
 	subs    []*nats.Subscription
 	wake    chan struct{}
 	done    chan struct{}
 	wg      sync.WaitGroup
 
 	scratch scoring.LoadChange // the receiving goroutine's
+	twin    atomic.Bool        // another process with this replica id was logged
 }
 
 func (s *loadSync) init(n *Node) {
 	s.n = n
 	s.trk = newTracker()
 	s.pending = make(map[string]string)
+	s.held = make(map[string]*held)
 	s.wake = make(chan struct{}, 1)
 	s.done = make(chan struct{})
 }
@@ -71,6 +84,7 @@ func (n *Node) StartLoad(ls LoadState) (int, error) {
 		return 0, errors.New("cluster: StartLoad called twice")
 	}
 	s.ls = ls
+	s.holdAll = true // until bootstrap has applied the states it collected
 	s.mu.Unlock()
 	for _, sub := range []struct {
 		subject string
@@ -117,11 +131,24 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 		return
 	}
 	if h.Origin == s.n.cfg.ReplicaID {
+		// NoEcho: not this process's own. Two replicas under one id answer
+		// each other's state requests and drop each other's changes.
+		if h.Epoch != s.n.epoch && !s.twin.Swap(true) {
+			s.n.log.Error("another process publishes load under this replica's id; give each replica its own --replica-id", "replica_id", h.Origin)
+		}
 		return
 	}
 	s.mu.Lock()
 	v := s.trk.changes(h.Origin, h.Epoch, h.Seq, time.Now())
+	if v.apply {
+		s.holdLocked(h.Origin, m.Data)
+	}
 	s.mu.Unlock()
+	if v.full {
+		met.changes.WithLabelValues(changeTooManyOrigins).Inc()
+		s.n.log.Warn("load message refused: too many origins", "origin", h.Origin, "max", maxOrigins)
+		return
+	}
 	ls := s.state()
 	origin := originKey(h.Origin, h.Epoch)
 	if v.apply {
@@ -221,6 +248,10 @@ func (s *loadSync) resyncer() {
 
 // resync asks origin for its state and makes its requests here that.
 func (s *loadSync) resync(origin string) error {
+	s.mu.Lock()
+	s.held[origin] = &held{}
+	s.mu.Unlock()
+	defer s.unhold(origin)
 	inbox := s.n.nc.NewRespInbox()
 	sub, err := s.n.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -230,7 +261,7 @@ func (s *loadSync) resync(origin string) error {
 	if err := s.n.nc.PublishRequest(s.n.stateSubject(origin), inbox, nil); err != nil {
 		return err
 	}
-	st := &stateParts{}
+	st := &stateParts{max: s.n.cfg.MaxStateChanges}
 	deadline := time.Now().Add(stateTimeout)
 	for !st.done {
 		m, err := sub.NextMsg(time.Until(deadline))
@@ -241,17 +272,100 @@ func (s *loadSync) resync(origin string) error {
 			return fmt.Errorf("state of %s: %w", origin, err)
 		}
 	}
+	if st.h.Origin != origin {
+		return fmt.Errorf("state of %s: %w: the reply is %s's", origin, ErrMalformed, st.h.Origin)
+	}
 	s.applyState(st)
 	return nil
 }
 
-// applyState makes the origin's requests here those of its state.
+// applyState makes the origin's requests here those of its state, then
+// applies again the origin's changes held since the state was asked for
+// that came after it: one applied before ResetRemote was undone by it (an
+// add released as not in the state).
 func (s *loadSync) applyState(st *stateParts) {
-	released, added := s.state().ResetRemote(originKey(st.h.Origin, st.h.Epoch), st.changes)
+	ls := s.state()
+	origin := originKey(st.h.Origin, st.h.Epoch)
+	released, added := ls.ResetRemote(origin, st.changes)
 	s.mu.Lock()
 	s.trk.synced(st.h.Origin, st.h.Epoch, st.h.Seq, time.Now())
+	// The messages held so far, taken under the lock (onChanges goes on
+	// appending); one held after this is applied by onChanges after the
+	// reset.
+	var msgs [][]byte
+	full := false
+	if hd := s.held[st.h.Origin]; hd != nil {
+		msgs, full = hd.msgs, hd.full
+	}
 	s.mu.Unlock()
-	s.n.log.Debug("load resynchronised", "origin", st.h.Origin, "requests", len(st.changes), "released", released, "added", added)
+	replayed := 0
+	for _, b := range msgs {
+		replayed += s.replay(ls, origin, &st.h, b)
+	}
+	if full {
+		s.request(st.h.Origin, resyncHeld)
+	}
+	s.n.log.Debug("load resynchronised", "origin", st.h.Origin, "requests", len(st.changes), "released", released, "added", added, "replayed", replayed)
+}
+
+// held is an origin's changes messages received while its state is
+// fetched.
+type held struct {
+	msgs [][]byte
+	full bool // some were not kept: resync again
+}
+
+// holdLocked keeps a copy of a changes message of origin if its state is
+// being fetched. The caller holds s.mu.
+func (s *loadSync) holdLocked(origin string, b []byte) {
+	hd := s.held[origin]
+	if hd == nil {
+		if !s.holdAll || len(s.held) >= maxBootstrapOrigins {
+			return
+		}
+		hd = &held{}
+		s.held[origin] = hd
+	}
+	if hd.full {
+		return
+	}
+	if s.heldLen+len(b) > maxHeldBytes {
+		hd.full = true
+		return
+	}
+	hd.msgs = append(hd.msgs, bytes.Clone(b))
+	s.heldLen += len(b)
+}
+
+// unhold forgets the messages held for origin.
+func (s *loadSync) unhold(origin string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hd := s.held[origin]; hd != nil {
+		for _, b := range hd.msgs {
+			s.heldLen -= len(b)
+		}
+		delete(s.held, origin)
+	}
+}
+
+// replay applies again a held changes message that came after the state
+// st was taken at; it returns the changes applied.
+func (s *loadSync) replay(ls LoadState, origin string, st *Header, b []byte) int {
+	d, h, count, err := decodeHeader(b)
+	if err != nil || h.Epoch != st.Epoch || h.Seq <= st.Seq {
+		return 0
+	}
+	var c scoring.LoadChange
+	n := 0
+	for range count {
+		if d.next(&c) != nil {
+			break // refused and counted when it arrived
+		}
+		_ = ls.ApplyRemote(origin, &c) // counted when it arrived
+		n++
+	}
+	return n
 }
 
 // stateParts collects a state reply's parts.
@@ -259,6 +373,7 @@ type stateParts struct {
 	h       Header
 	changes []scoring.LoadChange
 	done    bool
+	max     int // changes at most: a state reply is at most a replica's requests and marks
 }
 
 func (p *stateParts) add(b []byte) error {
@@ -273,6 +388,9 @@ func (p *stateParts) add(b []byte) error {
 		return fmt.Errorf("%w: state parts of %s and %s mixed", ErrMalformed, p.h.Origin, h.Origin)
 	}
 	p.h = h
+	if len(p.changes)+n > p.max {
+		return fmt.Errorf("%w: a state of more than %d changes", ErrMalformed, p.max)
+	}
 	for range n {
 		var c scoring.LoadChange
 		if err := d.next(&c); err != nil {
@@ -318,8 +436,16 @@ func (s *loadSync) onStateRequest(m *nats.Msg) {
 }
 
 // bootstrap asks every replica for its state and applies the complete
-// replies that arrive within BootstrapWait.
+// replies that arrive within BootstrapWait. The changes messages received
+// meanwhile are held, and those past each state applied again after it.
 func (s *loadSync) bootstrap() (int, error) {
+	defer func() {
+		s.mu.Lock()
+		s.holdAll = false
+		clear(s.held)
+		s.heldLen = 0
+		s.mu.Unlock()
+	}()
 	inbox := s.n.nc.NewRespInbox()
 	sub, err := s.n.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -330,35 +456,61 @@ func (s *loadSync) bootstrap() (int, error) {
 		return 0, fmt.Errorf("cluster: bootstrap: %w", err)
 	}
 	parts := map[string]*stateParts{}
-	synced := 0
+	var done []*stateParts
 	deadline := time.Now().Add(s.n.cfg.BootstrapWait)
 	for {
 		m, err := sub.NextMsg(time.Until(deadline))
 		if err != nil {
 			break // the wait is over
 		}
-		_, h, _, herr := decodeHeader(m.Data)
-		if herr != nil {
-			s.n.log.Warn("bootstrap: state reply refused", "err", herr)
-			continue
-		}
-		p := parts[h.Origin]
-		if p == nil {
-			p = &stateParts{}
-			parts[h.Origin] = p
-		}
-		if err := p.add(m.Data); err != nil {
-			s.n.log.Warn("bootstrap: state reply refused", "origin", h.Origin, "err", err)
-			delete(parts, h.Origin)
-			continue
-		}
-		if p.done {
-			s.n.metrics.resyncs.WithLabelValues(resyncBootstrap).Inc()
-			s.applyState(p)
-			synced++
+		if p := s.bootstrapPart(parts, m.Data); p != nil {
+			done = append(done, p)
 		}
 	}
-	return synced, nil
+	for _, p := range done {
+		s.n.metrics.resyncs.WithLabelValues(resyncBootstrap).Inc()
+		s.applyState(p)
+		// An origin first heard mid-stream during the wait asked for a
+		// resync; its state, taken after this replica subscribed, and the
+		// changes held since cover what it would bring.
+		s.mu.Lock()
+		if s.pending[p.h.Origin] == resyncNew {
+			delete(s.pending, p.h.Origin)
+		}
+		s.mu.Unlock()
+	}
+	return len(done), nil
+}
+
+// bootstrapPart adds a state reply part to its origin's; it returns the
+// origin's state when b was its last part.
+func (s *loadSync) bootstrapPart(parts map[string]*stateParts, b []byte) *stateParts {
+	_, h, _, err := decodeHeader(b)
+	if err != nil {
+		s.n.log.Warn("bootstrap: state reply refused", "err", err)
+		return nil
+	}
+	p := parts[h.Origin]
+	if p == nil {
+		if len(parts) >= maxBootstrapOrigins {
+			s.n.log.Warn("bootstrap: state reply refused: too many origins", "origin", h.Origin, "max", maxBootstrapOrigins)
+			return nil
+		}
+		p = &stateParts{max: s.n.cfg.MaxStateChanges}
+		parts[h.Origin] = p
+	}
+	if p.done {
+		return nil // a second reply of the origin
+	}
+	if err := p.add(b); err != nil {
+		s.n.log.Warn("bootstrap: state reply refused", "origin", h.Origin, "err", err)
+		p.done, p.changes = true, nil // refuse its later parts too
+		return nil
+	}
+	if p.done {
+		return p
+	}
+	return nil
 }
 
 func (s *loadSync) close() {

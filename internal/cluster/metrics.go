@@ -28,6 +28,8 @@ const (
 	changeUnknownWorker = "unknown_worker"
 	changeRefused       = "refused"
 	changeMalformed     = "malformed"
+	// A message of an origin past maxOrigins (changes not counted one by one).
+	changeTooManyOrigins = "too_many_origins"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -73,10 +75,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.messages.WithLabelValues(d)
 		m.bytes.WithLabelValues(d)
 	}
-	for _, r := range []string{changeSent, changeApplied, changeUnknownWorker, changeRefused, changeMalformed} {
+	for _, r := range []string{changeSent, changeApplied, changeUnknownWorker, changeRefused, changeMalformed, changeTooManyOrigins} {
 		m.changes.WithLabelValues(r)
 	}
-	for _, r := range []string{resyncNew, resyncEpoch, resyncGap, resyncDigest, resyncLost, resyncBootstrap} {
+	for _, r := range []string{resyncNew, resyncEpoch, resyncGap, resyncDigest, resyncLost, resyncBootstrap, resyncHeld} {
 		m.resyncs.WithLabelValues(r)
 	}
 	if reg == nil {

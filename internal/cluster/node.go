@@ -50,6 +50,10 @@ type Config struct {
 	// BootstrapWait is how long a starting replica collects the other
 	// replicas' load state. Default 300ms.
 	BootstrapWait time.Duration
+	// MaxStateChanges bounds a state reply another replica sends (its
+	// active requests and the marks it holds); a larger one is refused.
+	// Default 1<<20.
+	MaxStateChanges int
 	// SnapshotsKept is how many snapshot objects the object store keeps
 	// (the newest). Default 4.
 	SnapshotsKept int
@@ -101,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 64 << 10
 	}
+	if c.MaxStateChanges <= 0 {
+		c.MaxStateChanges = 1 << 20
+	}
 	if c.SnapshotsKept <= 0 {
 		c.SnapshotsKept = 4
 	}
@@ -125,9 +132,10 @@ type Node struct {
 	pub       publisher
 	sync      loadSync
 
-	stop    chan struct{}
-	rewatch chan struct{} // the connection is back: restart the registry watch
-	wg      sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	rewatch   chan struct{} // the connection is back: restart the registry watch
+	wg        sync.WaitGroup
 }
 
 // Connect dials NATS, creates (or opens) the registry bucket and the
@@ -182,6 +190,11 @@ func Connect(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// openBuckets opens the registry bucket and the snapshot store, creating
+// them when they do not exist. An existing one is opened as it is: an
+// update with this replica's settings would change it under the others
+// (a replica started with --nats-replicas 1 would scale a bucket of 3
+// replicas down to 1).
 func (n *Node) openBuckets() error {
 	js, err := jetstream.New(n.nc)
 	if err != nil {
@@ -189,26 +202,43 @@ func (n *Node) openBuckets() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ConnectTimeout)
 	defer cancel()
-	n.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kvCfg := jetstream.KeyValueConfig{
 		Bucket:      n.registryBucket(),
 		Description: "kvrouter worker registry: a key per worker id",
 		History:     5,
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
-	})
+	}
+	n.kv, err = openOrCreate(ctx, js.KeyValue, js.CreateKeyValue, kvCfg.Bucket, kvCfg)
 	if err != nil {
 		return fmt.Errorf("cluster: registry bucket %s: %w", n.registryBucket(), err)
 	}
-	n.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	obsCfg := jetstream.ObjectStoreConfig{
 		Bucket:      n.snapshotBucket(),
 		Description: "kvrouter index snapshots, one object per replica",
 		Storage:     jetstream.FileStorage,
 		Replicas:    n.cfg.Replicas,
-	})
+	}
+	n.obs, err = openOrCreate(ctx, js.ObjectStore, js.CreateObjectStore, obsCfg.Bucket, obsCfg)
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store %s: %w", n.snapshotBucket(), err)
 	}
 	return nil
+}
+
+// openOrCreate opens bucket, or creates it with cfg when there is none; of
+// two replicas creating it at once, the second opens the first's.
+func openOrCreate[B, C any](ctx context.Context, open func(context.Context, string) (B, error),
+	create func(context.Context, C) (B, error), bucket string, cfg C) (B, error) {
+	b, err := open(ctx, bucket)
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return b, err
+	}
+	b, err = create(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return open(ctx, bucket)
+	}
+	return b, err
 }
 
 func (n *Node) registryBucket() string { return n.cfg.Prefix + "-registry" }
@@ -225,6 +255,10 @@ func (n *Node) stateSubject(id string) string {
 
 // ReplicaID is this replica's id.
 func (n *Node) ReplicaID() string { return n.cfg.ReplicaID }
+
+// Done is closed when Close is called: a registry watch callback that
+// waits stops waiting.
+func (n *Node) Done() <-chan struct{} { return n.stop }
 
 // Connected reports whether the NATS connection is up.
 func (n *Node) Connected() bool { return n.connected.Load() }
@@ -281,10 +315,10 @@ func subjectOf(sub *nats.Subscription) string {
 // Close stops the load sync, flushes what is queued and closes the
 // connection.
 func (n *Node) Close() error {
-	select {
-	case <-n.stop:
+	first := false
+	n.closeOnce.Do(func() { first = true })
+	if !first {
 		return nil
-	default:
 	}
 	close(n.stop)
 	n.wg.Wait()

@@ -108,6 +108,15 @@ func TestLateJoinerBootstraps(t *testing.T) {
 	if n := b.r.ActiveRequests(); n != 5 {
 		t.Fatalf("after StartLoad B holds %d requests; want A's 5", n)
 	}
+	// A's heartbeats, during B's bootstrap wait or after it, do not make B
+	// ask A for the state it has just taken.
+	in := testutil.ToFloat64(b.node.metrics.messages.WithLabelValues("in"))
+	eventually(t, "B hears A's heartbeats", func() bool {
+		return testutil.ToFloat64(b.node.metrics.messages.WithLabelValues("in")) >= in+2
+	})
+	if n := resyncs(b.node, resyncNew); n != 0 {
+		t.Fatalf("B resynced A %v times as new after bootstrapping from it", n)
+	}
 }
 
 // TestNATSRestartResyncs: NATS goes away mid-load; both replicas keep
@@ -142,6 +151,11 @@ func TestNATSRestartResyncs(t *testing.T) {
 	// Routing goes on from local state.
 	before := a.r.ActiveRequests()
 	eventually(t, "A routes without NATS", func() bool { return a.r.ActiveRequests() > before+20 })
+	// The registry refuses writes at once (a buffered one would time out
+	// here and still be applied after the outage).
+	if _, err := a.node.CreateWorker(context.Background(), "w-outage", []byte("v")); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("registry create without NATS: %v, want ErrNotConnected", err)
+	}
 	ns.Restart()
 	eventually(t, "both reconnect", func() bool { return a.node.Connected() && b.node.Connected() })
 	close(stop)

@@ -112,7 +112,9 @@ func (p *publisher) flush(heartbeat bool) {
 		dg = Digest{Count: uint64(cnt), Sum: sum}
 	}
 	p.mu.Lock()
-	if p.nops == 0 && !heartbeat {
+	// Without a load state (not shared, or not yet) a heartbeat carries
+	// nothing: no empty message every interval.
+	if p.nops == 0 && (!heartbeat || ls == nil) {
 		p.mu.Unlock()
 		return
 	}

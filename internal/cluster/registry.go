@@ -19,6 +19,12 @@ import (
 // ErrWorkerExists is a CreateWorker of an id the bucket holds.
 var ErrWorkerExists = errors.New("worker id is registered already (in the cluster registry)")
 
+// ErrNotConnected is a registry write while the NATS connection is down.
+// It is refused at once: the write would wait in the reconnect buffer,
+// time out, and still be applied when the connection is back, so that a
+// registration reported failed would appear on every replica later.
+var ErrNotConnected = errors.New("cluster: NATS is not connected; the registry is read-only until it is back")
+
 func workerKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
 func workerID(key string) (string, error) {
@@ -32,6 +38,9 @@ func workerID(key string) (string, error) {
 // CreateWorker writes a new registration; it returns ErrWorkerExists when
 // the id is registered, and the entry's revision.
 func (n *Node) CreateWorker(ctx context.Context, id string, value []byte) (uint64, error) {
+	if !n.Connected() {
+		return 0, ErrNotConnected
+	}
 	rev, err := n.kv.Create(ctx, workerKey(id), value)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%w: %q", ErrWorkerExists, id)
@@ -45,6 +54,9 @@ func (n *Node) CreateWorker(ctx context.Context, id string, value []byte) (uint6
 // PutWorker writes a registration, replacing any (a config file's workers,
 // which every replica declares alike).
 func (n *Node) PutWorker(ctx context.Context, id string, value []byte) (uint64, error) {
+	if !n.Connected() {
+		return 0, ErrNotConnected
+	}
 	rev, err := n.kv.Put(ctx, workerKey(id), value)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: registry put %q: %w", id, err)
@@ -54,6 +66,9 @@ func (n *Node) PutWorker(ctx context.Context, id string, value []byte) (uint64, 
 
 // DeleteWorker removes a registration.
 func (n *Node) DeleteWorker(ctx context.Context, id string) error {
+	if !n.Connected() {
+		return ErrNotConnected
+	}
 	if err := n.kv.Delete(ctx, workerKey(id)); err != nil {
 		return fmt.Errorf("cluster: registry delete %q: %w", id, err)
 	}

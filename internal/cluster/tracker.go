@@ -13,6 +13,11 @@ type tracker struct {
 	origins map[string]*originState
 }
 
+// maxOrigins bounds the origins followed: a cluster is a few replicas, and
+// a peer sending under ever new ids must not grow the tracker (and the
+// resync queue) without end. A message of an origin past it is refused.
+const maxOrigins = 1024
+
 type originState struct {
 	epoch    uint64
 	seq      uint64 // last seq applied (or covered by a state reply)
@@ -24,6 +29,7 @@ type originState struct {
 type verdict struct {
 	apply  bool
 	resync string // non-empty: ask the origin for its state, for this reason
+	full   bool   // a new origin past maxOrigins: refused
 }
 
 // Reasons to resynchronise.
@@ -34,6 +40,7 @@ const (
 	resyncDigest    = "digest"    // digests disagreed twice running
 	resyncLost      = "lost"      // a reconnect or a slow consumer: anything may be missed
 	resyncBootstrap = "bootstrap" // this replica just started
+	resyncHeld      = "held"      // changes during a state fetch were too many to keep
 )
 
 func newTracker() *tracker { return &tracker{origins: make(map[string]*originState)} }
@@ -42,13 +49,21 @@ func newTracker() *tracker { return &tracker{origins: make(map[string]*originSta
 func (t *tracker) changes(origin string, epoch, seq uint64, now time.Time) verdict {
 	o := t.origins[origin]
 	switch {
+	case o == nil && len(t.origins) >= maxOrigins:
+		return verdict{full: true}
 	case o == nil:
 		t.origins[origin] = &originState{epoch: epoch, seq: seq, lastSeen: now}
 		if seq == 1 {
 			return verdict{apply: true} // its first message: nothing before it to miss
 		}
 		return verdict{apply: true, resync: resyncNew}
-	case epoch != o.epoch:
+	case epoch < o.epoch:
+		// A late message of the process the origin's id had before (its
+		// requests are known by that epoch): applied, but not followed,
+		// else the two processes' seqs would alternate and each look like
+		// a restart.
+		return verdict{apply: true}
+	case epoch > o.epoch:
 		*o = originState{epoch: epoch, seq: seq, lastSeen: now}
 		if seq == 1 {
 			return verdict{apply: true}
@@ -92,6 +107,12 @@ func (t *tracker) digest(origin string, epoch uint64, remote, local Digest) verd
 // are covered by it.
 func (t *tracker) synced(origin string, epoch, seq uint64, now time.Time) {
 	o := t.origins[origin]
+	if o != nil && epoch < o.epoch {
+		return // the process before: its seqs are not followed
+	}
+	if o == nil && len(t.origins) >= maxOrigins {
+		return
+	}
 	if o == nil || o.epoch != epoch {
 		t.origins[origin] = &originState{epoch: epoch, seq: seq, lastSeen: now}
 		return

@@ -81,3 +81,25 @@ func verdictString(v verdict) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// TestTrackerBoundsOrigins: past maxOrigins a new origin is refused (its
+// message and its state), the ones followed go on.
+func TestTrackerBoundsOrigins(t *testing.T) {
+	tr := newTracker()
+	now := time.Unix(1_800_000_000, 0)
+	for i := range maxOrigins {
+		if v := tr.changes(fmt.Sprint("o", i), 1, 1, now); !v.apply {
+			t.Fatalf("origin %d: %+v, want applied", i, v)
+		}
+	}
+	if v := tr.changes("one-too-many", 1, 1, now); v.apply || !v.full {
+		t.Fatalf("origin %d: %+v, want refused as full", maxOrigins+1, v)
+	}
+	tr.synced("one-too-many", 1, 5, now)
+	if len(tr.origins) != maxOrigins {
+		t.Fatalf("%d origins followed, want %d", len(tr.origins), maxOrigins)
+	}
+	if v := tr.changes("o0", 1, 2, now); !v.apply || v.resync != "" {
+		t.Fatalf("a followed origin's next seq: %+v", v)
+	}
+}

@@ -167,6 +167,12 @@ type RankStatus struct {
 	// restored one) or "cleared" (no replay, or it failed, and the first
 	// live batch did not follow: cleared).
 	Restore string
+	// CaughtUp reports that the rank's first connection's catch-up (the
+	// replay of its engine's buffer from the restored or last seq) is over,
+	// whatever came of it, or that the engine has no replay endpoint and the
+	// rank is connected: from then on the rank holds what the engine
+	// reported, as far as the engine still had it.
+	CaughtUp bool
 }
 
 // Manager keeps one subscription per registered worker and rank.
@@ -482,6 +488,23 @@ func (m *Manager) Status(workerID string) []RankStatus {
 		out = append(out, r.status())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].DPRank < out[j].DPRank })
+	return out
+}
+
+// NotCaughtUp returns the ranks, of every worker, whose first connection's
+// catch-up is not over (RankStatus.CaughtUp): a router that has just
+// restored an index waits for these before it reports ready.
+func (m *Manager) NotCaughtUp() []kv.WorkerRank {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []kv.WorkerRank
+	for _, wk := range m.workers {
+		for _, r := range wk.ranks {
+			if !r.caughtUp.Load() {
+				out = append(out, kv.WorkerRank{ID: r.worker, DPRank: r.dp})
+			}
+		}
+	}
 	return out
 }
 

@@ -80,6 +80,7 @@ type rank struct {
 	limited        atomic.Uint64
 	budgetWaits    atomic.Uint64
 	restore        atomic.Uint32 // the restore's outcome + 1 (0: none decided)
+	caughtUp       atomic.Bool   // the first connection's catch-up is over (CaughtUp)
 
 	// Applier state, owned by the applier goroutine.
 	seq       seqState
@@ -514,6 +515,9 @@ func (r *rank) onConnect() {
 		r.lastFull = now
 	}
 	r.handle(seqInput{kind: inConnect, limited: limited}, nil)
+	// handle ran the catch-up the connection asked for (if any) to its
+	// end: replied, failed or cut.
+	r.caughtUp.Store(true)
 }
 
 // onBatch hands it one batch from the live stream.
@@ -733,6 +737,7 @@ func (r *rank) status() RankStatus {
 		BudgetWaits:     r.budgetWaits.Load(),
 		CachedBlocks:    r.sink.cached(),
 		Restore:         restoreName(r.restore.Load()),
+		CaughtUp:        r.caughtUp.Load(),
 	}
 }
 

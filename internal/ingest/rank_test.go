@@ -198,8 +198,10 @@ func TestRankCarriesOutActions(t *testing.T) {
 			}
 			got := r.status()
 			got.Connected, got.DecodeErrors, got.CachedBlocks = false, 0, 0
-			if got != tc.want {
-				t.Errorf("status %+v\nwant   %+v", got, tc.want)
+			want := tc.want
+			want.CaughtUp = true // every scenario connects, and onConnect runs the catch-up to its end
+			if got != want {
+				t.Errorf("status %+v\nwant   %+v", got, want)
 			}
 			rest := logs.String()
 			for _, l := range tc.logs {
@@ -274,4 +276,20 @@ func (s *scriptReplayer) replay(_ context.Context, start uint64, fn replyFunc) e
 		}
 	}
 	return nil
+}
+
+// TestRankCaughtUp: a rank reports CaughtUp only once its first
+// connection's catch-up has ended, here a replay of the engine's buffer.
+func TestRankCaughtUp(t *testing.T) {
+	rec, rp := &recordSink{}, &scriptReplayer{}
+	r := &rank{worker: "w", sink: rec, replay: rp, seq: seqState{canReplay: true},
+		log: slog.New(slog.DiscardHandler), ctx: context.Background()}
+	if r.status().CaughtUp {
+		t.Fatal("CaughtUp before any connection")
+	}
+	rp.set(0, 3)
+	r.onConnect()
+	if st := r.status(); !st.CaughtUp || st.LastSeq != 3 {
+		t.Fatalf("after the catch-up: %+v; want CaughtUp at seq 3", st)
+	}
 }

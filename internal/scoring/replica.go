@@ -86,8 +86,15 @@ func (t *loadTable) mark(id string, finished bool, now time.Time) {
 		rs.tombs = make(map[string]tomb)
 	}
 	t.expireTombs(now)
-	for len(rs.order) > 0 && len(rs.tombs) >= t.max {
-		delete(rs.tombs, rs.order[0].id)
+	// A mark of an id tombstoned already appends a second ref (the tomb's
+	// new expiry): order is bounded too, else a peer repeating one mark
+	// grows it by every repetition for tombstoneTTL. A ref that is not its
+	// tomb's latest goes without the tomb.
+	for len(rs.order) > 0 && (len(rs.tombs) >= t.max || len(rs.order) >= 2*t.max) {
+		ref := rs.order[0]
+		if tb, ok := rs.tombs[ref.id]; ok && tb.expires.Equal(ref.expires) {
+			delete(rs.tombs, ref.id)
+		}
 		rs.order = rs.order[1:]
 	}
 	tb := rs.tombs[id]

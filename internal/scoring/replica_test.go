@@ -218,3 +218,55 @@ func TestReplicaResetCarriesPrefillDone(t *testing.T) {
 	p.b.r.ResetRemote("A", p.a.r.LocalLoad())
 	sameLoads(t, "after a reset that carries a missed prefill-done", p.a.r, p.b.r)
 }
+
+// TestReplicaMarkTeachesBoth: a MarkPrefillDone made on the replica that did
+// not route the request teaches the time policy's learner on both: the
+// routing replica learns when the mark arrives, so replicas behind a
+// round-robin gateway do not each learn from half the marks.
+func TestReplicaMarkTeachesBoth(t *testing.T) {
+	p := newReplicaPair(t)
+	for _, f := range []*fixture{p.a, p.b} {
+		f.r.cfg.Policy = PolicyTime
+	}
+	rate := func(f *fixture, id string, dp uint32) float64 {
+		for _, l := range f.r.Loads() {
+			if l.WorkerID == id && l.DPRank == dp {
+				return l.PrefillTokensPerSecond
+			}
+		}
+		t.Fatalf("no load for %s/%d", id, dp)
+		return 0
+	}
+	d, err := p.a.r.Route(&Prompt{Model: "m", Tokens: tokens(1, 64*bs)}, "r1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, p.b, "A", &p.fromA)
+	priorA, priorB := rate(p.a, d.WorkerID, d.DPRank), rate(p.b, d.WorkerID, d.DPRank)
+	// 1,024 tokens in 10 ms: 102,400 tokens/s, ten times the prior.
+	p.a.clock.advance(10 * time.Millisecond)
+	p.b.clock.advance(10 * time.Millisecond)
+	if err := p.b.r.MarkPrefillDone("r1"); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, p.a, "B", &p.fromB)
+	if a, b := rate(p.a, d.WorkerID, d.DPRank), rate(p.b, d.WorkerID, d.DPRank); a <= priorA || b <= priorB {
+		t.Fatalf("after a prefill of 1,024 tokens in 10 ms: rate on A %v (was %v), on B %v (was %v); want both raised", a, priorA, b, priorB)
+	}
+}
+
+// TestRepeatedMarkBounded: one id marked again and again keeps one
+// tombstone and a bounded expiry queue.
+func TestRepeatedMarkBounded(t *testing.T) {
+	tb := newLoadTable(10, time.Minute, 10000)
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 1000 {
+		tb.mark("same", i%2 == 0, now.Add(time.Duration(i)*time.Microsecond))
+	}
+	if len(tb.remote.tombs) != 1 || len(tb.remote.order) > 20 {
+		t.Fatalf("after 1000 marks of one id: %d tombs, %d refs; want 1, at most 20", len(tb.remote.tombs), len(tb.remote.order))
+	}
+	if !tb.remote.tombs["same"].finished || !tb.remote.tombs["same"].prefillDone {
+		t.Fatalf("the tomb lost a mark: %+v", tb.remote.tombs["same"])
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/stats"
@@ -53,6 +54,8 @@ func runDemo(ctx context.Context, args []string) error {
 		httpAddr  = fs.String("http-addr", ":9090", "router HTTP listen address")
 		every     = fs.Duration("log-every", 5*time.Second, "summary interval")
 		model     = fs.String("model", "bench-model", "model name the engines serve")
+		replicas  = fs.Int("replicas", 1, "routers; 2 or more start an embedded NATS server and run them in cluster mode (--nats-url), replica i on the gRPC and HTTP ports + i, behind a round-robin gateway")
+		natsPort  = fs.Int("nats-port", 0, "the embedded NATS server's port with --replicas (0: a random free port)")
 		tm        timeModel
 	)
 	tm.bind(fs)
@@ -75,29 +78,26 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	defer fleet.Close()
-	router, err := replay.StartRouter(ctx, replay.RouterConfig{
-		Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
-		Args: strings.Fields(*routerArg), Log: os.Stderr,
-	})
+	rc := replay.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
+		Args: strings.Fields(*routerArg), Log: os.Stderr}
+	var be *demoBackend
+	if *replicas > 1 {
+		be, err = startDemoReplicas(ctx, rc, *replicas, *natsPort, fleet, *model, log)
+	} else {
+		be, err = startDemoRouter(ctx, rc, fleet, *model, log)
+	}
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := router.Stop(); err != nil {
-			log.Warn("stop router", "err", err)
-		}
-	}()
-	if err := fleet.Register(ctx, router.Registry, *model, 20*time.Second); err != nil {
-		return err
-	}
-	log.Info("demo running", "router_grpc", router.GRPCAddr, "router_http", router.HTTPAddr, "engines", *engines, "requests_per_pass", len(reqs))
-	printTryCommands(router.GRPCAddr, router.HTTPAddr, *model, reqs[0])
+	defer be.close()
+	log.Info("demo running", "routers", len(be.grpc), "engines", *engines, "requests_per_pass", len(reqs))
+	printTryCommands(be, *model, reqs[0])
 
 	var (
 		mu  sync.Mutex
 		lat []time.Duration
 	)
-	inner := replay.RouterChooser(router.Router, fleet, *model)
+	inner := be.choose
 	choose := func(ctx context.Context, seq int, tokens []uint32, id string) (replay.Choice, error) {
 		c, err := inner(ctx, seq, tokens, id)
 		if err == nil {
@@ -133,7 +133,7 @@ func runDemo(ctx context.Context, args []string) error {
 			if d := tot.PromptBlocks - prev.PromptBlocks; d > 0 {
 				hit = float64(tot.CachedBlocks-prev.CachedBlocks) / float64(d)
 			}
-			applied, _ := replay.EventsApplied(ctx, router.Registry, *model)
+			applied := be.eventsApplied(ctx, *model)
 			// Requests are routed on arrival; engines may still be working through
 			// earlier ones, so a window can have served requests but no Route calls.
 			p50, p99 := "-", "-"
@@ -144,6 +144,11 @@ func runDemo(ctx context.Context, args []string) error {
 				"window_hit_rate", fmt.Sprintf("%.1f%%", 100*hit),
 				"window_routes", len(window), "route_p50", p50, "route_p99", p99,
 				"events_published", tot.Events, "events_applied", applied, "cached_blocks", tot.CachedNow)
+			if be.gw != nil {
+				g := be.gw.Stats()
+				log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
+					"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
+			}
 			prev = tot
 		}
 	}()
@@ -153,7 +158,7 @@ func runDemo(ctx context.Context, args []string) error {
 	for pass := 0; ; pass++ {
 		pr, err := replay.Play(ctx, replay.PlayConfig{
 			Fleet: fleet, Requests: reqs, Clock: clock, Offset: time.Duration(pass) * span,
-			Choose: choose, Router: router.Router, IDPrefix: fmt.Sprintf("demo-%d-", pass),
+			Choose: choose, Router: be.marks, IDPrefix: fmt.Sprintf("demo-%d-", pass),
 		})
 		if ctx.Err() != nil {
 			log.Info("stopping")
@@ -165,22 +170,22 @@ func runDemo(ctx context.Context, args []string) error {
 		if pr.FirstError != "" {
 			log.Warn("pass had errors", "pass", pass, "choose_errors", pr.ChooseErrors, "mark_errors", pr.MarkErrors, "first", pr.FirstError)
 		}
-		select {
-		case <-router.Exited():
-			return errors.New("router exited")
-		default:
+		if err := be.exited(); err != nil {
+			return err
 		}
 	}
 }
 
-func printTryCommands(grpcAddr, httpAddr, model string, r trace.Request) {
+func printTryCommands(be *demoBackend, model string, r trace.Request) {
 	toks := r.Tokens(nil)[:48]
 	ids := make([]string, len(toks))
 	for i, t := range toks {
 		ids[i] = fmt.Sprint(t)
 	}
-	g := strings.Replace(grpcAddr, "127.0.0.1", "localhost", 1)
-	fmt.Fprintf(os.Stderr, `
+	local := func(a string) string { return strings.Replace(a, "127.0.0.1", "localhost", 1) }
+	g := local(be.grpc[0])
+	var b strings.Builder
+	fmt.Fprintf(&b, `
 Try it (in another terminal):
   grpcurl -plaintext %[1]s list
   grpcurl -plaintext -d '{"model":"%[2]s"}' %[1]s kvrouter.v1.Registry/ListWorkers
@@ -188,7 +193,113 @@ Try it (in another terminal):
   grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Route
   curl -s http://%[4]s/metrics | grep '^kvrouter_'
 (The token ids are the first 48 tokens of the trace's shared prefix, so every engine that served
-a request holds them.) Stop with Ctrl-C.
+a request holds them.)
+`, g, model, strings.Join(ids, ","), local(be.http[0]))
+	if len(be.grpc) > 1 {
+		fmt.Fprintf(&b, `
+%d replicas share NATS at %s (JetStream in %s); each is a full router:
+`, len(be.grpc), be.nats.URL(), be.nats.StoreDir())
+		for i := range be.grpc {
+			fmt.Fprintf(&b, "  %s  grpcurl -plaintext %s grpc.health.v1.Health/Check; curl -s http://%s/metrics | grep '^kvrouter_'\n",
+				replay.ReplicaID(i), local(be.grpc[i]), local(be.http[i]))
+		}
+		fmt.Fprintf(&b, `A worker registered on one replica is listed by all, e.g.
+  grpcurl -plaintext -d '{"worker":{"worker_id":"extra","model":"%[1]s","endpoint":"sim://extra","kv_events_endpoint":"tcp://127.0.0.1:1","dp_size":1,"block_size":16}}' %[2]s kvrouter.v1.Registry/RegisterWorker
+  grpcurl -plaintext -d '{"model":"%[1]s"}' %[3]s kvrouter.v1.Registry/ListWorkers
+  grpcurl -plaintext -d '{"worker_id":"extra"}' %[3]s kvrouter.v1.Registry/UnregisterWorker
+and a request routed by one replica can be finished on another:
+  grpcurl -plaintext -d '{"request_id":"try-1","prompt":{"model":"%[1]s","token_ids":[%[4]s]}}' %[2]s kvrouter.v1.Router/Route
+  grpcurl -plaintext -d '{"request_id":"try-1"}' %[3]s kvrouter.v1.Router/MarkFinished
+`, model, local(be.grpc[0]), local(be.grpc[1]), strings.Join(ids, ","))
+	}
+	b.WriteString("Stop with Ctrl-C.\n\n")
+	fmt.Fprint(os.Stderr, b.String())
+}
 
-`, g, model, strings.Join(ids, ","), strings.Replace(httpAddr, "127.0.0.1", "localhost", 1))
+// demoBackend is the router side of the demo: one router, or replicas on an
+// embedded NATS server behind a gateway.
+type demoBackend struct {
+	choose     replay.ChooseFunc
+	marks      kvrouterv1.RouterClient
+	grpc, http []string
+	routers    []*replay.Router
+	gw         *replay.Gateway
+	nats       *replay.NATS
+	log        *slog.Logger
+}
+
+func startDemoRouter(ctx context.Context, rc replay.RouterConfig, fleet *replay.Fleet, model string, log *slog.Logger) (*demoBackend, error) {
+	router, err := replay.StartRouter(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	be := &demoBackend{routers: []*replay.Router{router}, log: log,
+		grpc: []string{router.GRPCAddr}, http: []string{router.HTTPAddr},
+		choose: replay.RouterChooser(router.Router, fleet, model), marks: router.Router}
+	if err := fleet.Register(ctx, router.Registry, model, 20*time.Second); err != nil {
+		be.close()
+		return nil, err
+	}
+	return be, nil
+}
+
+func startDemoReplicas(ctx context.Context, rc replay.RouterConfig, n, natsPort int, fleet *replay.Fleet, model string, log *slog.Logger) (_ *demoBackend, err error) {
+	be := &demoBackend{log: log}
+	defer func() {
+		if err != nil {
+			be.close()
+		}
+	}()
+	if be.nats, err = replay.StartNATS(natsPort); err != nil {
+		return nil, err
+	}
+	log.Info("embedded NATS server", "url", be.nats.URL(), "jetstream_dir", be.nats.StoreDir())
+	reps, err := replay.StartReplicas(ctx, replay.ReplicasConfig{N: n, Router: rc, NATSURL: be.nats.URL()})
+	if err != nil {
+		return nil, err
+	}
+	be.routers = reps.Routers
+	for _, r := range reps.Routers {
+		be.grpc, be.http = append(be.grpc, r.GRPCAddr), append(be.http, r.HTTPAddr)
+	}
+	if err = reps.Register(ctx, fleet, model, 20*time.Second); err != nil {
+		return nil, err
+	}
+	if be.gw, err = replay.NewGateway(replay.GatewayConfig{Addrs: be.grpc}); err != nil {
+		return nil, err
+	}
+	be.choose, be.marks = be.gw.Chooser(fleet, model), be.gw.Marks()
+	return be, nil
+}
+
+// eventsApplied is the first router's events_applied (0 if it does not answer).
+func (be *demoBackend) eventsApplied(ctx context.Context, model string) uint64 {
+	n, _ := replay.EventsApplied(ctx, be.routers[0].Registry, model)
+	return n
+}
+
+// exited reports a router that has exited.
+func (be *demoBackend) exited() error {
+	for i, r := range be.routers {
+		select {
+		case <-r.Exited():
+			return fmt.Errorf("router %d exited: %v", i, r.ExitErr())
+		default:
+		}
+	}
+	return nil
+}
+
+func (be *demoBackend) close() {
+	if be.gw != nil {
+		be.gw.Close()
+	}
+	for _, r := range be.routers {
+		if err := r.Stop(); err != nil {
+			be.log.Warn("stop router", "err", err)
+		}
+	}
+	if be.nats != nil {
+		be.nats.Close()
+	}
 }

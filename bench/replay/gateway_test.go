@@ -1,0 +1,160 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/engine"
+)
+
+// serveFake serves a fakeRouter on a loopback port.
+func serveFake(t *testing.T) (*fakeRouter, *grpc.Server, string) {
+	t.Helper()
+	fr := &fakeRouter{n: 2, order: map[string][]string{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	kvrouterv1.RegisterRouterServer(srv, fr)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return fr, srv, lis.Addr().String()
+}
+
+func TestGateway(t *testing.T) {
+	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	ids := []string{"a", "b", "c", "d"}
+	if spreadMisses(ids) == 0 {
+		t.Fatal("no mark of the test's ids is spread to the other replica: pick other ids")
+	}
+	for _, tc := range []struct {
+		marks    string
+		notFound int64 // of the 4 requests' 8 marks
+	}{
+		{MarksSpread, spreadMisses(ids)},
+		{MarksOrigin, 0},
+	} {
+		t.Run(tc.marks, func(t *testing.T) {
+			_, srv0, a0 := serveFake(t)
+			_, _, a1 := serveFake(t)
+			g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, Marks: tc.marks, DownFor: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			ctx := context.Background()
+			choose, marks := g.Chooser(fleet, "m"), g.Marks()
+			for i, id := range ids {
+				if _, err := choose(ctx, i, make([]uint32, 32), id); err != nil {
+					t.Fatalf("route %s: %v", id, err)
+				}
+			}
+			for _, id := range ids {
+				marks.MarkPrefillDone(ctx, &kvrouterv1.RequestRef{RequestId: id})
+			}
+			for _, id := range ids {
+				marks.MarkFinished(ctx, &kvrouterv1.RequestRef{RequestId: id})
+			}
+			st := g.Stats()
+			if st.RoutesPerReplica[0] != 2 || st.RoutesPerReplica[1] != 2 || st.Marks != 8 || st.MarksNotFound != tc.notFound || st.MarkRetries != 0 {
+				t.Fatalf("before the stop: %+v, want 2/2 Routes, 8 marks, %d NotFound and no retries", st, tc.notFound)
+			}
+
+			// Replica 0 goes away: its Routes are retried on replica 1, and
+			// with DownFor an hour it is tried only once.
+			srv0.Stop()
+			for i := 4; i < 8; i++ {
+				if _, err := choose(ctx, i, make([]uint32, 32), "x"+ids[i-4]); err != nil {
+					t.Fatalf("route after the stop: %v", err)
+				}
+			}
+			d := g.Stats().Sub(st)
+			if d.RoutesPerReplica[0] != 0 || d.RoutesPerReplica[1] != 4 || d.RouteRetries != 1 || d.RoutesFailed != 0 {
+				t.Fatalf("after the stop: %+v, want 0/4 Routes, one retry, none failed", d)
+			}
+		})
+	}
+}
+
+func TestGatewayAllDown(t *testing.T) {
+	_, srv, a := serveFake(t)
+	srv.Stop()
+	g, err := NewGateway(GatewayConfig{Addrs: []string{a, a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fleet, err := StartFleet(FleetConfig{Engines: 1, Engine: engine.Config{CapacityBlocks: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	if _, err := g.Chooser(fleet, "m")(context.Background(), 0, make([]uint32, 16), "r"); err == nil {
+		t.Fatal("Route with every replica down: no error")
+	}
+	if st := g.Stats(); st.RoutesFailed != 1 || st.RouteRetries != 2 {
+		t.Fatalf("%+v, want 1 failed after 2 retries", st)
+	}
+}
+
+// spreadMisses counts the marks of ids (Routed round-robin over 2 replicas)
+// that MarksSpread sends to the other replica.
+func spreadMisses(ids []string) int64 {
+	g := &Gateway{clients: make([]kvrouterv1.RouterClient, 2)}
+	var n int64
+	for i, id := range ids {
+		for _, fin := range []bool{false, true} {
+			if g.spread(id, fin) != i%2 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestSpreadIsEven(t *testing.T) {
+	g := &Gateway{clients: make([]kvrouterv1.RouterClient, 3)}
+	var count [3]int
+	for i := 0; i < 3000; i++ {
+		count[g.spread(fmt.Sprintf("kvrouter-%d", i), i%2 == 0)]++
+	}
+	for r, c := range count {
+		if c < 900 || c > 1100 {
+			t.Fatalf("replica %d got %d of 3000 marks: %v", r, c, count)
+		}
+	}
+}
+
+func TestGatewayRoutesToFirst(t *testing.T) {
+	_, _, a0 := serveFake(t)
+	_, _, a1 := serveFake(t)
+	g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, RoutesToFirst: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	for i := 0; i < 4; i++ {
+		if _, err := g.Chooser(fleet, "m")(context.Background(), i, make([]uint32, 16), fmt.Sprint("r", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := g.Stats(); st.RoutesPerReplica[0] != 4 || st.RoutesPerReplica[1] != 0 {
+		t.Fatalf("Routes per replica %v, want all 4 on replica 0", st.RoutesPerReplica)
+	}
+}
