@@ -91,7 +91,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		// Match reported the index size of every rank it scored; ask only for the rest.
 		for j, rk := range ranks {
 			if s.cached[j] == unknown {
-				s.cached[j] = r.cfg.Index.Cached(rk.key)
+				s.cached[j] = r.indexCached(rk)
 			}
 		}
 	}

@@ -88,7 +88,7 @@ func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) f
 	if c.e.reuse > 0 {
 		cached := s.cached[j] // (Match's report, for a rank it scored)
 		if s.radixM[j] == 0 {
-			cached = r.cfg.Index.Cached(rk.key)
+			cached = r.indexCached(rk)
 		}
 		c.capacity = max(c.capacity, cached)
 		if c.capacity > 0 {
