@@ -172,6 +172,23 @@ func (t *loadTable) prefillDone(id string, now time.Time) error {
 	return nil
 }
 
+// markPrefillDone moves q's load from prefill to decode; with learn, the
+// time policy learns from it (a mark made on another replica arrives here
+// one sync lag late, which the learner takes as part of the prefill). A
+// prefill-done carried by a state transfer, or one that overtook its add,
+// says nothing about when the prefill ended: no learning. The caller holds
+// t.mu.
+func (t *loadTable) markPrefillDone(q *request, now time.Time, learn bool) {
+	if q.prefillDone {
+		return
+	}
+	q.prefillDone = true
+	q.rank.prefillBlocks -= q.prefillBlocks
+	q.rank.prefillTokens -= q.prefillTokens
+	q.rank.decodeBlocks += q.decodeBlocks
+	t.prefillEnded(q, now, learn)
+}
+
 func (t *loadTable) finish(id string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -233,23 +233,6 @@ func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expir
 	return nil
 }
 
-// markPrefillDone moves q's load from prefill to decode; with learn, the
-// time policy learns from it (a mark made on another replica arrives here
-// one sync lag late, which the learner takes as part of the prefill). A
-// prefill-done carried by a state transfer, or one that overtook its add,
-// says nothing about when the prefill ended: no learning. The caller holds
-// t.mu.
-func (t *loadTable) markPrefillDone(q *request, now time.Time, learn bool) {
-	if q.prefillDone {
-		return
-	}
-	q.prefillDone = true
-	q.rank.prefillBlocks -= q.prefillBlocks
-	q.rank.prefillTokens -= q.prefillTokens
-	q.rank.decodeBlocks += q.decodeBlocks
-	t.prefillEnded(q, now, learn)
-}
-
 // LocalLoad returns the state another replica asks for when it has missed
 // changes: the active requests this replica routed itself, as ChangeRoute
 // changes with their remaining TTL, then the marks it holds tombstones of
