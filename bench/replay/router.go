@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,20 +78,77 @@ func freeAddr() (string, error) {
 	return "127.0.0.1:" + strconv.Itoa(p), nil
 }
 
-// StartRouter starts the router and waits until its gRPC API answers.
+// portAttempts bounds StartRouter's retries when a port it picked was taken
+// between FreePort's close and the router's bind.
+const portAttempts = 3
+
+// StartRouter starts the router and waits until its gRPC API answers. When
+// cfg leaves an address empty, the free port picked for it can be taken by
+// another socket (an outgoing connection's ephemeral port) before the router
+// binds it; a router that exits during start saying "address already in use"
+// is then started again on newly picked ports, up to portAttempts times.
 func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
 	}
-	r, err := LaunchRouter(cfg)
-	if err != nil {
-		return nil, err
+	picked := cfg.GRPCAddr == "" || cfg.HTTPAddr == ""
+	out := cfg.Log
+	if out == nil {
+		out = io.Discard
 	}
-	if err := r.WaitAnswering(ctx, cfg.StartTimeout); err != nil {
+	for attempt := 1; ; attempt++ {
+		tail := &tailWriter{w: out}
+		c := cfg
+		c.Log = tail
+		r, err := LaunchRouter(c)
+		if err != nil {
+			return nil, err
+		}
+		err = r.WaitAnswering(ctx, cfg.StartTimeout)
+		if err == nil {
+			return r, nil
+		}
+		exited := r.exitedEarly()
 		r.Stop()
-		return nil, err
+		if !picked || attempt == portAttempts || !exited || !tail.contains("address already in use") {
+			return nil, err
+		}
 	}
-	return r, nil
+}
+
+// exitedEarly reports whether the process has exited (before any Stop).
+func (r *Router) exitedEarly() bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// tailWriter passes writes on and keeps the last tailBytes of them.
+type tailWriter struct {
+	w    io.Writer
+	mu   sync.Mutex
+	tail []byte
+}
+
+const tailBytes = 4096
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.tail = append(t.tail, p...)
+	if n := len(t.tail); n > tailBytes {
+		t.tail = append(t.tail[:0], t.tail[n-tailBytes:]...)
+	}
+	t.mu.Unlock()
+	return t.w.Write(p)
+}
+
+func (t *tailWriter) contains(s string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Contains(string(t.tail), s)
 }
 
 // LaunchRouter starts the router process and connects a client without
