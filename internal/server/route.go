@@ -81,13 +81,30 @@ func (s *Server) Route(_ context.Context, req *kvrouterv1.RouteRequest) (*kvrout
 	return s.route(req, &d)
 }
 
+// DefaultMaxCandidates is how many candidates a RouteResponse lists when the
+// request's max_candidates is 0: the chosen one and the next cheapest, enough
+// for a gateway's fallbacks and to see why a worker won. Every candidate of a
+// large fleet (a thousand on 1000 ranks) costs more to build, marshal and
+// send than the routing, so a client asks for them explicitly, with
+// max_candidates at or above the fleet's rank count. The limit applies in
+// the router, before the response is built.
+const DefaultMaxCandidates = 8
+
+// maxCandidates is the limit a request asks for, with 0 as the default.
+func maxCandidates(req *kvrouterv1.RouteRequest) int {
+	if n := req.GetMaxCandidates(); n > 0 {
+		return int(n)
+	}
+	return DefaultMaxCandidates
+}
+
 // route answers req, with d as the decision's memory (reused by a stream).
 func (s *Server) route(req *kvrouterv1.RouteRequest, d *scoring.Decision) (*kvrouterv1.RouteResponse, error) {
 	var p scoring.Prompt
 	if err := promptTo(&p, req.GetPrompt()); err != nil {
 		return nil, err
 	}
-	if err := s.router.RouteTo(d, &p, req.GetRequestId(), req.GetTemperature(), int(req.GetMaxCandidates())); err != nil {
+	if err := s.router.RouteTo(d, &p, req.GetRequestId(), req.GetTemperature(), maxCandidates(req)); err != nil {
 		return nil, s.fail(err)
 	}
 	s.metrics.decision(d)

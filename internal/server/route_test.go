@@ -161,3 +161,41 @@ func TestRouteStreamCancel(t *testing.T) {
 		t.Fatalf("a new stream after a cancelled one: %v, %v", item, err)
 	}
 }
+
+// TestRouteMaxCandidates checks the response's candidate list: max_candidates
+// 0 lists DefaultMaxCandidates, the chosen one first and the rest by
+// ascending cost; a limit at or above the candidates' number lists them all.
+func TestRouteMaxCandidates(t *testing.T) {
+	e := routeEnv(t) // 3 workers x 2 ranks
+	for _, id := range []string{"w4", "w5"} {
+		w := &kvrouterv1.Worker{WorkerId: id, Model: "m", Endpoint: id + ":8000", DpSize: 2}
+		if _, err := e.registry.RegisterWorker(ctx(t), &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ranks = 10
+	prompt := routeSequence()[1].Prompt
+	for _, tc := range []struct {
+		max  uint32
+		want int
+	}{{0, DefaultMaxCandidates}, {3, 3}, {ranks, ranks}, {^uint32(0), ranks}} {
+		rr, err := e.router.Route(ctx(t), &kvrouterv1.RouteRequest{Prompt: prompt, MaxCandidates: tc.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rr.Candidates) != tc.want {
+			t.Fatalf("max_candidates %d: %d candidates, want %d", tc.max, len(rr.Candidates), tc.want)
+		}
+		if tc.want == ranks {
+			continue // every candidate, in the fleet's order
+		}
+		if c := rr.Candidates[0]; c.WorkerId != rr.WorkerId || c.DpRank != rr.DpRank || c.Cost != rr.Cost {
+			t.Fatalf("max_candidates %d: first candidate %v, chosen %s/%d", tc.max, c, rr.WorkerId, rr.DpRank)
+		}
+		for i := 2; i < len(rr.Candidates); i++ {
+			if rr.Candidates[i].Cost < rr.Candidates[i-1].Cost {
+				t.Fatalf("max_candidates %d: candidates not by ascending cost: %v", tc.max, rr.Candidates)
+			}
+		}
+	}
+}

@@ -409,7 +409,8 @@ type RouteRequest struct {
 	// temperature 0 (or unset) picks the minimum cost; above 0 samples a softmax over costs.
 	Temperature *float64 `protobuf:"fixed64,3,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	// max_candidates limits RouteResponse.candidates to the N cheapest (the chosen one always
-	// included); 0 returns every candidate. Gateways on the hot path set it to save marshaling.
+	// included); 0 means 8. For every candidate, set it at or above the fleet's rank count
+	// (4294967295: all). Gateways on the hot path set 1 to save marshaling.
 	MaxCandidates uint32 `protobuf:"varint,4,opt,name=max_candidates,json=maxCandidates,proto3" json:"max_candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -482,7 +483,8 @@ type RouteResponse struct {
 	MatchedBlocks uint32  `protobuf:"varint,4,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
 	PromptBlocks  uint32  `protobuf:"varint,5,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`
 	Cost          float64 `protobuf:"fixed64,6,opt,name=cost,proto3" json:"cost,omitempty"`
-	// candidates lists every candidate considered (or the max_candidates cheapest), with its cost terms.
+	// candidates lists the max_candidates cheapest candidates (8 when not set), the chosen one
+	// first, with their cost terms; every candidate when max_candidates is at least their number.
 	Candidates    []*Candidate `protobuf:"bytes,7,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
