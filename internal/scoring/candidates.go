@@ -8,20 +8,22 @@ import (
 
 // scratch is per-call working memory, pooled so the hot path allocates little.
 type scratch struct {
-	hashes  []uint64
-	chain   []uint64
-	mmItems []normalize.MMItem
-	hasher  normalize.PromptHasher
-	matches []radix.Score
-	depth   []uint32 // per model rank: union depth
-	radixM  []uint32 // per model rank: radix matched
-	byTier  [][kv.NumTiers]uint32
-	cached  []uint64
-	costs   []float64
-	terms   []costTerms
-	cands   []int
-	top     []int
-	missed  []slotRank
+	hashes   []uint64
+	chain    []uint64
+	mmItems  []normalize.MMItem
+	hasher   normalize.PromptHasher
+	matches  []radix.Score
+	depth    []uint32 // per model rank: union depth
+	radixM   []uint32 // per model rank: radix matched
+	byTier   [][kv.NumTiers]uint32
+	cached   []uint64
+	costs    []float64
+	terms    []costTerms
+	cands    []int
+	top      []int
+	adm      []int // admitted candidates (indices into cands), empty: all (balance.go)
+	admCosts []float64
+	missed   []slotRank
 }
 
 func resize[T any](s []T, n int) []T {
@@ -107,7 +109,8 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 // thresholds in s.cands (index into ranks), with their cost terms in s.terms
 // and their costs in s.costs (cost's formula, or under PolicyTime
 // timeCoster's). It reports whether any rank is a candidate. The caller holds
-// r.mu for reading.
+// r.mu for reading. It also sets s.adm, the candidates the bounded-load
+// guard admits (admit).
 //
 // It visits every rank of the model: a rank that matched nothing still has a
 // cost (its load). It is kept cheap per rank instead: the overlap credit is
@@ -122,8 +125,12 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	k := 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
+	now := r.cfg.now()
 	r.load.mu.Lock()
+	b := r.balanceOf(ranks) // (balance.go)
+	total := 0.0            // the model's guard load
 	for j, rk := range ranks {
+		total += rk.routed
 		if r.busy(rk) {
 			continue
 		}
@@ -134,7 +141,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
 			if k == 0 {
-				tc.begin(r, ranks, r.cfg.now())
+				tc.begin(r, ranks, now)
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
@@ -144,8 +151,9 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	if timed && k > 0 {
 		tc.end()
 	}
-	r.load.mu.Unlock()
 	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
+	r.admit(ranks, s, b, total, n, promptBlocks)
+	r.load.mu.Unlock()
 	return k > 0
 }
 

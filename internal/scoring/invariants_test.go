@@ -1,6 +1,9 @@
 package scoring
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // checkInvariants stops the Router and checks its tables agree: registry,
 // model lists, load counters against active requests, the overlay's holders
@@ -99,6 +102,9 @@ func (r *Router) checkLoad() error {
 		s := want[rk]
 		if s == nil {
 			s = &sums{}
+		}
+		if !(rk.routed >= 0) || math.IsInf(rk.routed, 0) {
+			return fmt.Errorf("rank %v guard load %v", rk.key, rk.routed)
 		}
 		if got := (sums{rk.active, rk.prefillBlocks, rk.prefillTokens, rk.decodeBlocks, rk.timing.pending}); got != *s {
 			return fmt.Errorf("rank %v load %+v, requests sum to %+v", rk.key, got, *s)

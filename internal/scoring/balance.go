@@ -1,0 +1,142 @@
+package scoring
+
+import "math"
+
+// The bounded-load guard, after consistent hashing with bounded loads
+// (Mirrokni, Thorup and Zadimoghaddam): a Route's candidates are only the
+// ranks whose load stays within BalanceFactor times the model's mean once
+// this request is counted.
+//
+// The load is a rank's recent routed context: the prompt blocks of the
+// requests routed to it, cached or not, each weighted exp(-k / N) where k
+// is how many requests the model has been routed since, over a window of
+//
+//	N = ranks / (c - 1)
+//
+// requests (no decay for c = 1). Prompt blocks, cached ones included, are
+// what the request holds in the rank's KV memory and reads at every decode
+// step; counting them as they are routed bounds the rate at which context
+// reaches a rank, whatever its cache saves it in prefill. (The in-flight
+// context alone does not bound it: a rank holding sticky sessions serves
+// their cached prompts without prefill, its requests finish sooner, and it
+// takes many more prompt tokens per in-flight block than its share.) The
+// window is in routed requests, not seconds, so it means the same at any
+// request rate and through timing stalls, and it is the shortest over which
+// the guard's one-request slack (below) is within the tolerance: a rank's
+// share of the window is 1 / (c - 1) requests, so one request is c - 1 of
+// it.
+//
+// Candidate j (load L_j, prompt x blocks, model total T over n ranks) is
+// admissible when
+//
+//	L_j + x <= c (T + x) / n + x,   i.e.   L_j <= c (T + x) / n
+//
+// The slack of one request (the "+ x") makes the least-loaded rank always
+// admissible (L_min <= T/n <= c (T+x)/n for c >= 1), so the guard only
+// narrows the choice, and the cost (temperature sampling included) decides
+// among the admissible ranks. The Decision still lists every candidate
+// under the busy thresholds with its cost terms. It falls back to the least-loaded candidate
+// only when busy thresholds took out every admissible rank. The bound: a
+// rank ends every Route at most c x the mean plus that one request.
+//
+// The decay is forward decay (Cormode et al.): a rank keeps its load in
+// units of the model's scale S, which grows by exp(1 / N) per routed
+// request; adding x adds x S, and comparing loads of one model needs no
+// per-rank exponential. costCandidates sums the loads in its pass over the
+// ranks (one add per rank) and admit compares each candidate once.
+
+// balanceState is a model's guard state. Guarded by loadTable.mu.
+type balanceState struct {
+	scale float64 // S: loads are in units of it (0: no request yet)
+	grow  float64 // exp(1 / N) for the model's ranks at the last Route
+}
+
+// maxScale bounds S before the model's loads are rescaled to S = 1.
+const maxScale = 1e100
+
+// window sets grow for n ranks and factor c.
+func (s *balanceState) window(n int, c float64) {
+	if s.scale == 0 {
+		s.scale = 1
+	}
+	s.grow = 1
+	if c > 1 {
+		s.grow = math.Exp((c - 1) * (c - 1) / (4 * float64(n)))
+	}
+}
+
+// rescale brings the loads of ranks (a model's list) back to scale 1 once
+// the scale grows large: rare, O(ranks). The caller holds loadTable.mu.
+func (s *balanceState) rescale(ranks []*rank) {
+	if s.scale < maxScale {
+		return
+	}
+	for _, rk := range ranks {
+		rk.routed /= s.scale
+	}
+	s.scale = 1
+}
+
+// routedAdded counts q's prompt on its rank's load. The caller holds
+// loadTable.mu.
+func (t *loadTable) routedAdded(q *request, f *fleetTiming) {
+	b := &f.balance
+	if b.scale == 0 { // (a remote request before any Route here)
+		b.scale, b.grow = 1, 1
+	}
+	b.scale *= b.grow
+	q.rank.routed += float64(q.decodeBlocks) * b.scale
+}
+
+// admit sets s.adm to the candidates (indices into s.cands) the guard
+// admits, with their costs in s.admCosts, given the model's total load over
+// n ranks, for a prompt of x blocks; when none is, the least-loaded
+// candidates. s.adm is left empty when every candidate is admitted (or the
+// guard is off): choose then reads s.costs. The caller holds r.load.mu.
+func (r *Router) admit(ranks []*rank, s *scratch, b *balanceState, total float64, n int, x float64) {
+	s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
+	if r.cfg.DisableBalance || b == nil || len(s.cands) < 2 {
+		return
+	}
+	bound := r.cfg.BalanceFactor * (total + x*b.scale) / float64(n)
+	least := math.Inf(1)
+	for i, j := range s.cands {
+		l := ranks[j].routed
+		least = min(least, l)
+		if l <= bound {
+			s.adm, s.admCosts = append(s.adm, i), append(s.admCosts, s.costs[i])
+		}
+	}
+	if len(s.adm) == 0 { // (only when busy thresholds excluded every admissible rank)
+		for i, j := range s.cands {
+			if ranks[j].routed == least {
+				s.adm, s.admCosts = append(s.adm, i), append(s.admCosts, s.costs[i])
+			}
+		}
+	}
+	if len(s.adm) == len(s.cands) {
+		s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
+	}
+}
+
+// chooseAdmitted picks a candidate (an index into s.cands) among those admit
+// admitted.
+func (r *Router) chooseAdmitted(s *scratch, temperature float64) int {
+	if len(s.adm) == 0 {
+		return r.choose(s.costs, temperature)
+	}
+	return s.adm[r.choose(s.admCosts, temperature)]
+}
+
+// balanceOf returns the guard state of ranks' model, its window set for
+// them, or nil when the table holds no more models. The caller holds
+// loadTable.mu.
+func (r *Router) balanceOf(ranks []*rank) *balanceState {
+	f := r.load.fleetOf(ranks[0].worker.Model)
+	if f == nil {
+		return nil
+	}
+	f.balance.window(len(ranks), r.cfg.BalanceFactor)
+	f.balance.rescale(ranks)
+	return &f.balance
+}
