@@ -11,7 +11,7 @@ import "math"
 // requests routed to it, cached or not, each weighted exp(-k / N) where k
 // is how many requests the model has been routed since, over a window of
 //
-//	N = ranks / (c - 1)
+//	N = ranks x (2 / (c - 1))^2
 //
 // requests (no decay for c = 1). Prompt blocks, cached ones included, are
 // what the request holds in the rank's KV memory and reads at every decode
@@ -19,12 +19,16 @@ import "math"
 // reaches a rank, whatever its cache saves it in prefill. (The in-flight
 // context alone does not bound it: a rank holding sticky sessions serves
 // their cached prompts without prefill, its requests finish sooner, and it
-// takes many more prompt tokens per in-flight block than its share.) The
-// window is in routed requests, not seconds, so it means the same at any
-// request rate and through timing stalls, and it is the shortest over which
-// the guard's one-request slack (below) is within the tolerance: a rank's
-// share of the window is 1 / (c - 1) requests, so one request is c - 1 of
-// it.
+// takes many more prompt tokens per in-flight block than its share.)
+//
+// The window is in routed requests, not seconds, so it means the same at
+// any request rate and through timing stalls. Its length is set by noise:
+// a rank at its fair share gets m = N / ranks of the window's requests,
+// give or take sqrt(m) (about Poisson), and the bound c m is 2 sqrt(m)
+// above m exactly when m = (2 / (c - 1))^2. So a fairly loaded rank is
+// excluded by chance on about one Route in forty, and the guard acts on
+// lasting piles; a shorter window makes it act on noise (and move sessions
+// off their caches for nothing), a longer one lets a pile last longer.
 //
 // Candidate j (load L_j, prompt x blocks, model total T over n ranks) is
 // admissible when
@@ -34,21 +38,25 @@ import "math"
 // The slack of one request (the "+ x") makes the least-loaded rank always
 // admissible (L_min <= T/n <= c (T+x)/n for c >= 1), so the guard only
 // narrows the choice, and the cost (temperature sampling included) decides
-// among the admissible ranks. The Decision still lists every candidate
-// under the busy thresholds with its cost terms. It falls back to the least-loaded candidate
-// only when busy thresholds took out every admissible rank. The bound: a
-// rank ends every Route at most c x the mean plus that one request.
+// among the admissible ranks; the Decision still lists every candidate
+// under the busy thresholds with its cost terms. It falls back to the
+// least-loaded candidate only when busy thresholds took out every
+// admissible rank. The bound: a rank ends every Route at most c x the mean
+// plus that one request, over the window.
 //
 // The decay is forward decay (Cormode et al.): a rank keeps its load in
 // units of the model's scale S, which grows by exp(1 / N) per routed
 // request; adding x adds x S, and comparing loads of one model needs no
-// per-rank exponential. costCandidates sums the loads in its pass over the
-// ranks (one add per rank) and admit compares each candidate once.
+// per-rank exponential. The model's total is kept as loads are added (and
+// ranks leave), so costCandidates compares each candidate's load with the
+// bound in its pass over the ranks, and only a Route that finds a rank over
+// it makes a second pass, over the candidates' loads.
 
 // balanceState is a model's guard state. Guarded by loadTable.mu.
 type balanceState struct {
 	scale float64 // S: loads are in units of it (0: no request yet)
 	grow  float64 // exp(1 / N) for the model's ranks at the last Route
+	total float64 // the loads of the model's listed ranks, summed
 }
 
 // maxScale bounds S before the model's loads are rescaled to S = 1.
@@ -74,6 +82,7 @@ func (s *balanceState) rescale(ranks []*rank) {
 	for _, rk := range ranks {
 		rk.routed /= s.scale
 	}
+	s.total /= s.scale
 	s.scale = 1
 }
 
@@ -85,37 +94,47 @@ func (t *loadTable) routedAdded(q *request, f *fleetTiming) {
 		b.scale, b.grow = 1, 1
 	}
 	b.scale *= b.grow
-	q.rank.routed += float64(q.decodeBlocks) * b.scale
+	w := float64(q.decodeBlocks) * b.scale
+	q.rank.routed += w
+	if !q.rank.unlisted {
+		b.total += w
+	}
 }
 
-// admit sets s.adm to the candidates (indices into s.cands) the guard
-// admits, with their costs in s.admCosts, given the model's total load over
-// n ranks, for a prompt of x blocks; when none is, the least-loaded
-// candidates. s.adm is left empty when every candidate is admitted (or the
-// guard is off): choose then reads s.costs. The caller holds r.load.mu.
-func (r *Router) admit(ranks []*rank, s *scratch, b *balanceState, total float64, n int, x float64) {
-	s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
-	if r.cfg.DisableBalance || b == nil || len(s.cands) < 2 {
-		return
+// unlistedBalance takes rk, just taken off its model's list, out of the model's
+// total. The caller holds loadTable.mu.
+func (t *loadTable) unlistedBalance(rk *rank) {
+	if f := t.fleets[rk.worker.Model]; f != nil {
+		f.balance.total = max(0, f.balance.total-rk.routed)
 	}
-	bound := r.cfg.BalanceFactor * (total + x*b.scale) / float64(n)
+}
+
+// bound is the largest load admissible for a prompt of x blocks over n
+// ranks (+Inf with the guard off). The caller holds r.load.mu.
+func (r *Router) bound(b *balanceState, n int, x float64) float64 {
+	if r.cfg.DisableBalance || b == nil {
+		return math.Inf(1)
+	}
+	return r.cfg.BalanceFactor * (b.total + x*b.scale) / float64(n)
+}
+
+// admit sets s.adm to the candidates (indices into s.cands) whose load
+// (s.loads) is within bound, with their costs in s.admCosts; when none is,
+// the least-loaded candidates. costCandidates calls it only when some
+// candidate is over the bound; otherwise s.adm stays empty and choose reads
+// s.costs.
+func (s *scratch) admit(bound float64) {
 	least := math.Inf(1)
-	for i, j := range s.cands {
-		l := ranks[j].routed
+	for _, l := range s.loads {
 		least = min(least, l)
+	}
+	if least > bound { // (only when busy thresholds excluded every admissible rank)
+		bound = least
+	}
+	for i, l := range s.loads {
 		if l <= bound {
 			s.adm, s.admCosts = append(s.adm, i), append(s.admCosts, s.costs[i])
 		}
-	}
-	if len(s.adm) == 0 { // (only when busy thresholds excluded every admissible rank)
-		for i, j := range s.cands {
-			if ranks[j].routed == least {
-				s.adm, s.admCosts = append(s.adm, i), append(s.admCosts, s.costs[i])
-			}
-		}
-	}
-	if len(s.adm) == len(s.cands) {
-		s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
 	}
 }
 

@@ -21,7 +21,8 @@ type scratch struct {
 	terms    []costTerms
 	cands    []int
 	top      []int
-	adm      []int // admitted candidates (indices into cands), empty: all (balance.go)
+	loads    []float64 // per candidate: its rank's guard load (balance.go)
+	adm      []int     // admitted candidates (indices into cands), empty: all
 	admCosts []float64
 	missed   []slotRank
 }
@@ -122,15 +123,15 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	s.cands = resize(s.cands, n)
 	s.costs = resize(s.costs, n)
 	s.terms = resize(s.terms, n)
+	s.loads = resize(s.loads, n)
 	k := 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
 	now := r.cfg.now()
 	r.load.mu.Lock()
-	b := r.balanceOf(ranks) // (balance.go)
-	total := 0.0            // the model's guard load
+	bound := r.bound(r.balanceOf(ranks), n, promptBlocks) // (balance.go)
+	over := false
 	for j, rk := range ranks {
-		total += rk.routed
 		if r.busy(rk) {
 			continue
 		}
@@ -145,14 +146,18 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
-		s.cands[k], s.terms[k], s.costs[k] = j, t, t.cost
+		s.cands[k], s.terms[k], s.costs[k], s.loads[k] = j, t, t.cost, rk.routed
+		over = over || rk.routed > bound
 		k++
 	}
 	if timed && k > 0 {
 		tc.end()
 	}
-	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
-	r.admit(ranks, s, b, total, n, promptBlocks)
+	s.cands, s.costs, s.terms, s.loads = s.cands[:k], s.costs[:k], s.terms[:k], s.loads[:k]
+	s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
+	if over && k > 1 {
+		s.admit(bound)
+	}
 	r.load.mu.Unlock()
 	return k > 0
 }

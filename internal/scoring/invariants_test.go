@@ -110,7 +110,29 @@ func (r *Router) checkLoad() error {
 			return fmt.Errorf("rank %v load %+v, requests sum to %+v", rk.key, got, *s)
 		}
 	}
+	if err := r.checkBalance(); err != nil {
+		return err
+	}
 	return r.checkPending()
+}
+
+// checkBalance checks each model's guard total is its listed ranks' loads
+// summed (up to rounding). The caller holds every lock.
+func (r *Router) checkBalance() error {
+	for m, ranks := range r.models {
+		f := r.load.fleets[m]
+		if f == nil {
+			continue
+		}
+		sum := 0.0
+		for _, rk := range ranks {
+			sum += rk.routed
+		}
+		if math.Abs(sum-f.balance.total) > 1e-9*max(1, sum) {
+			return fmt.Errorf("model %q: guard total %v, ranks' loads sum to %v", m, f.balance.total, sum)
+		}
+	}
+	return nil
 }
 
 // checkPending checks loadTable.pending is each model's ranks' pending
