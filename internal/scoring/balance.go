@@ -118,33 +118,28 @@ func (r *Router) bound(b *balanceState, n int, x float64) float64 {
 	return r.cfg.BalanceFactor * (b.total + x*b.scale) / float64(n)
 }
 
-// admit sets s.adm to the candidates (indices into s.cands) whose load
-// (s.loads) is within bound, with their costs in s.admCosts; when none is,
-// the least-loaded candidates. costCandidates calls it only when some
-// candidate is over the bound; otherwise s.adm stays empty and choose reads
-// s.costs.
+// admit sets s.bound, the largest load choose takes a candidate at: bound,
+// or when every candidate is over it (only when busy thresholds excluded
+// every admissible rank) the least candidate load. costCandidates calls it
+// only when some candidate is over bound; otherwise s.bound is +Inf and
+// choose does not look at loads.
 func (s *scratch) admit(bound float64) {
 	least := math.Inf(1)
 	for _, l := range s.loads {
-		least = min(least, l)
-	}
-	if least > bound { // (only when busy thresholds excluded every admissible rank)
-		bound = least
-	}
-	for i, l := range s.loads {
-		if l <= bound {
-			s.adm, s.admCosts = append(s.adm, i), append(s.admCosts, s.costs[i])
+		if l < least {
+			least = l
 		}
 	}
+	s.bound = max(bound, least)
 }
 
 // chooseAdmitted picks a candidate (an index into s.cands) among those admit
 // admitted.
 func (r *Router) chooseAdmitted(s *scratch, temperature float64) int {
-	if len(s.adm) == 0 {
-		return r.choose(s.costs, temperature)
+	if math.IsInf(s.bound, 1) {
+		return r.choose(s.costs, temperature, nil, 0)
 	}
-	return s.adm[r.choose(s.admCosts, temperature)]
+	return r.choose(s.costs, temperature, s.loads, s.bound)
 }
 
 // balanceOf returns the guard state of ranks' model, its window set for

@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"math"
+
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -8,23 +10,22 @@ import (
 
 // scratch is per-call working memory, pooled so the hot path allocates little.
 type scratch struct {
-	hashes   []uint64
-	chain    []uint64
-	mmItems  []normalize.MMItem
-	hasher   normalize.PromptHasher
-	matches  []radix.Score
-	depth    []uint32 // per model rank: union depth
-	radixM   []uint32 // per model rank: radix matched
-	byTier   [][kv.NumTiers]uint32
-	cached   []uint64
-	costs    []float64
-	terms    []costTerms
-	cands    []int
-	top      []int
-	loads    []float64 // per candidate: its rank's guard load (balance.go)
-	adm      []int     // admitted candidates (indices into cands), empty: all
-	admCosts []float64
-	missed   []slotRank
+	hashes  []uint64
+	chain   []uint64
+	mmItems []normalize.MMItem
+	hasher  normalize.PromptHasher
+	matches []radix.Score
+	depth   []uint32 // per model rank: union depth
+	radixM  []uint32 // per model rank: radix matched
+	byTier  [][kv.NumTiers]uint32
+	cached  []uint64
+	costs   []float64
+	terms   []costTerms
+	cands   []int
+	top     []int
+	loads   []float64 // per candidate: its rank's guard load (balance.go)
+	bound   float64   // the largest load admitted (+Inf: every candidate)
+	missed  []slotRank
 }
 
 func resize[T any](s []T, n int) []T {
@@ -110,8 +111,8 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 // thresholds in s.cands (index into ranks), with their cost terms in s.terms
 // and their costs in s.costs (cost's formula, or under PolicyTime
 // timeCoster's). It reports whether any rank is a candidate. The caller holds
-// r.mu for reading. It also sets s.adm, the candidates the bounded-load
-// guard admits (admit).
+// r.mu for reading. It also sets s.bound, the bounded-load guard's
+// (admit).
 //
 // It visits every rank of the model: a rank that matched nothing still has a
 // cost (its load). It is kept cheap per rank instead: the overlap credit is
@@ -154,7 +155,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		tc.end()
 	}
 	s.cands, s.costs, s.terms, s.loads = s.cands[:k], s.costs[:k], s.terms[:k], s.loads[:k]
-	s.adm, s.admCosts = s.adm[:0], s.admCosts[:0]
+	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)
 	}

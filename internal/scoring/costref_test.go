@@ -95,9 +95,9 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 	admitted := referenceAdmit(r, ranks, float64(len(fresh.hashes)), cands)
 	r.load.mu.Unlock()
 	r.costCandidates(ranks, reused)
-	adm := reused.adm
-	if len(adm) == 0 {
-		for i := range reused.cands {
+	var adm []int
+	for i := range reused.cands {
+		if reused.loads[i] <= reused.bound {
 			adm = append(adm, i)
 		}
 	}
