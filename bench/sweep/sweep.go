@@ -53,17 +53,24 @@ type Policy struct {
 const Baseline = replay.PolicyRoundRobin
 
 // Policies is the default policy list, in run order (so within each cell the
-// router's two costs alternate with round-robin): kvrouter with its default
-// cost in time, with the cost in blocks, and round-robin.
+// router's two costs alternate with round-robin): kvrouter as configured by
+// default (the cost in time, the bounded-load guard), the earlier router
+// (the cost in blocks, no guard), and round-robin.
 var Policies = []Policy{
 	{Name: "kvrouter", Run: replay.PolicyKV, RouterArgs: []string{"--policy=time"}, Timed: true},
-	{Name: "kvrouter-blocks", Run: replay.PolicyKV, RouterArgs: []string{"--policy=blocks"}, Timed: true},
+	{Name: "kvrouter-blocks", Run: replay.PolicyKV, RouterArgs: []string{"--policy=blocks", "--balance-factor=0"}, Timed: true},
 	{Name: Baseline, Run: replay.PolicyRoundRobin},
 }
 
-// PolicyByName returns the Policies entry called name.
+// Extra are policies --policies may name besides Policies: ablations of
+// the default router.
+var Extra = []Policy{
+	{Name: "kvrouter-unbounded", Run: replay.PolicyKV, RouterArgs: []string{"--policy=time", "--balance-factor=0"}, Timed: true},
+}
+
+// PolicyByName returns the Policies or Extra entry called name.
 func PolicyByName(name string) (Policy, bool) {
-	for _, p := range Policies {
+	for _, p := range append(Policies[:len(Policies):len(Policies)], Extra...) {
 		if p.Name == name {
 			return p, true
 		}

@@ -53,6 +53,7 @@ type Config struct {
 	Policy                 string        `yaml:"policy"`
 	PrefillTokensPerSecond float64       `yaml:"prefill_tokens_per_second"`
 	PrefillWeight          float64       `yaml:"prefill_weight"`
+	BalanceFactor          float64       `yaml:"balance_factor"`
 	TierWeights            TierWeights   `yaml:"tier_weights"`
 	MaxActivePrefillTokens int64         `yaml:"max_active_prefill_tokens"`
 	MaxActiveDecodeBlocks  int64         `yaml:"max_active_decode_blocks"`
@@ -184,6 +185,7 @@ func defaultConfig() Config {
 		Policy:                 string(sd.Policy),
 		PrefillTokensPerSecond: sd.PrefillTokensPerSecond,
 		PrefillWeight:          sd.PrefillWeight,
+		BalanceFactor:          sd.BalanceFactor,
 		TierWeights:            tierWeightsOf(*sd.TierWeights),
 		RequestTTL:             sd.RequestTTL,
 		Predict:                !sd.DisablePrediction,
@@ -241,6 +243,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(&c.Policy, "policy", c.Policy, "cost function: time (expected time to first token plus the prefill the choice costs later requests, learned online) or blocks (prefill-weight x prefill blocks + decode blocks)")
 	fs.Float64Var(&c.PrefillTokensPerSecond, "prefill-tokens-per-second", c.PrefillTokensPerSecond, "policy time: prior prefill throughput of a rank, until MarkPrefillDone timings replace it")
 	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "policy blocks: weight of prefill blocks in the cost")
+	fs.Float64Var(&c.BalanceFactor, "balance-factor", c.BalanceFactor, "bounded load: route only to workers whose in-flight context (prompt tokens of routed, unfinished requests) stays within this factor of the fleet's mean, plus the request (>= 1; 0: off)")
 	fs.Var(&c.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
 	fs.Int64Var(&c.MaxActivePrefillTokens, "max-active-prefill-tokens", c.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
 	fs.Int64Var(&c.MaxActiveDecodeBlocks, "max-active-decode-blocks", c.MaxActiveDecodeBlocks, "exclude a worker at this many active decode blocks (0: off)")
@@ -349,6 +352,8 @@ func (c *Config) validate() error {
 		// 0 is refused rather than passed on: scoring would read it as unset
 		// and put its default in its place.
 		return fmt.Errorf("config: prefill_weight %v must be a finite number > 0", c.PrefillWeight)
+	case c.BalanceFactor != 0 && !(c.BalanceFactor >= 1 && !math.IsInf(c.BalanceFactor, 0)):
+		return fmt.Errorf("config: balance_factor %v must be 0 (off) or a finite number >= 1", c.BalanceFactor)
 	case c.RequestTTL <= 0:
 		return fmt.Errorf("config: request_ttl %v must be positive", c.RequestTTL)
 	case c.PredictionTTL <= 0:
@@ -408,6 +413,8 @@ func (c *Config) scoringConfig(index *radix.Index) scoring.Config {
 		Policy:                 scoring.Policy(c.Policy),
 		PrefillTokensPerSecond: c.PrefillTokensPerSecond,
 		PrefillWeight:          c.PrefillWeight,
+		BalanceFactor:          c.BalanceFactor,
+		DisableBalance:         c.BalanceFactor == 0,
 		TierWeights:            &weights,
 		MaxActivePrefillTokens: c.MaxActivePrefillTokens,
 		MaxActiveDecodeBlocks:  c.MaxActiveDecodeBlocks,

@@ -24,6 +24,8 @@ func TestConfigRejectsSilentlyDefaultedValues(t *testing.T) {
 	}{
 		{[]string{"--prefill-weight", "0"}, "prefill_weight"},
 		{[]string{"--policy", "fastest"}, "policy"},
+		{[]string{"--balance-factor", "0.5"}, "balance_factor"},
+		{[]string{"--balance-factor", "-1"}, "balance_factor"},
 		{[]string{"--prefill-tokens-per-second", "0"}, "prefill_tokens_per_second"},
 		{[]string{"--request-ttl", "-1s"}, "request_ttl"},
 		{[]string{"--request-ttl", "0s"}, "request_ttl"},
@@ -78,6 +80,7 @@ func TestHelpExitsZero(t *testing.T) {
 func TestFlagDefaults(t *testing.T) {
 	want := map[string]string{
 		"approx-capacity":           "16384",
+		"balance-factor":            "1.3",
 		"block-size":                "16",
 		"config":                    "",
 		"drain-timeout":             "10s",

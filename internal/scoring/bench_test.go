@@ -87,6 +87,34 @@ func BenchmarkRoute(b *testing.B) {
 	}
 }
 
+// BenchmarkRouteLoaded is BenchmarkRoute (no prediction, every candidate)
+// with each Route given a request id, so its load counts (and the
+// bounded-load guard has loads to compare): 2,000 requests stay in flight,
+// the oldest finished after each Route.
+func BenchmarkRouteLoaded(b *testing.B) {
+	r, prompts := routeFixture(b, false)
+	const inFlight = 2000
+	b.Run(fmt.Sprintf("workers=%d", benchWorkers()), func(b *testing.B) {
+		b.ReportAllocs()
+		ids := make([]string, 1<<16)
+		for i := range ids {
+			ids[i] = fmt.Sprint("q", i)
+		}
+		i := 0
+		for b.Loop() {
+			if _, err := r.Route(&Prompt{Model: "m", Tokens: prompts[i%len(prompts)]}, ids[i%len(ids)], 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			if i >= inFlight {
+				if err := r.MarkFinished(ids[(i-inFlight)%len(ids)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i++
+		}
+	})
+}
+
 // BenchmarkScore measures Score of a 512-block prompt, hashing included.
 func BenchmarkScore(b *testing.B) {
 	r, prompts := routeFixture(b, false)

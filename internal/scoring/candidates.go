@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"math"
+
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -21,6 +23,8 @@ type scratch struct {
 	terms   []costTerms
 	cands   []int
 	top     []int
+	loads   []float64 // per candidate: its rank's guard load (balance.go)
+	bound   float64   // the largest load admitted (+Inf: every candidate)
 	missed  []slotRank
 }
 
@@ -107,7 +111,8 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 // thresholds in s.cands (index into ranks), with their cost terms in s.terms
 // and their costs in s.costs (cost's formula, or under PolicyTime
 // timeCoster's). It reports whether any rank is a candidate. The caller holds
-// r.mu for reading.
+// r.mu for reading. It also sets s.bound, the bounded-load guard's
+// (admit).
 //
 // It visits every rank of the model: a rank that matched nothing still has a
 // cost (its load). It is kept cheap per rank instead: the overlap credit is
@@ -119,10 +124,14 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	s.cands = resize(s.cands, n)
 	s.costs = resize(s.costs, n)
 	s.terms = resize(s.terms, n)
+	s.loads = resize(s.loads, n)
 	k := 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
+	now := r.cfg.now()
 	r.load.mu.Lock()
+	bound := r.bound(r.balanceOf(ranks), n, promptBlocks) // (balance.go)
+	over := false
 	for j, rk := range ranks {
 		if r.busy(rk) {
 			continue
@@ -134,18 +143,23 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
 			if k == 0 {
-				tc.begin(r, ranks, r.cfg.now())
+				tc.begin(r, ranks, now)
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
-		s.cands[k], s.terms[k], s.costs[k] = j, t, t.cost
+		s.cands[k], s.terms[k], s.costs[k], s.loads[k] = j, t, t.cost, rk.routed
+		over = over || rk.routed > bound
 		k++
 	}
 	if timed && k > 0 {
 		tc.end()
 	}
+	s.cands, s.costs, s.terms, s.loads = s.cands[:k], s.costs[:k], s.terms[:k], s.loads[:k]
+	s.bound = math.Inf(1)
+	if over && k > 1 {
+		s.admit(bound)
+	}
 	r.load.mu.Unlock()
-	s.cands, s.costs, s.terms = s.cands[:k], s.costs[:k], s.terms[:k]
 	return k > 0
 }
 

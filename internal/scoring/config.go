@@ -41,6 +41,17 @@ type Config struct {
 	// MaxActiveDecodeBlocks excludes a candidate whose active decode blocks reach
 	// it (0: off).
 	MaxActiveDecodeBlocks int64
+	// BalanceFactor is the bounded-load guard's c (balance.go): a Route's
+	// candidates are the ranks whose in-flight context (prompt blocks of
+	// routed, unfinished requests) is at most c x the model's mean with the
+	// request counted, so no rank ends a Route above c x the mean plus that
+	// one request. Must be >= 1 (1: strict balance, the cost chooses only
+	// among ranks at or below the mean). The default, 1.25, is the
+	// operator's headroom: a rank never holds more than a quarter over its
+	// share of the fleet's in-flight KV footprint (plus one request).
+	BalanceFactor float64
+	// DisableBalance turns the bounded-load guard off.
+	DisableBalance bool
 	// RequestTTL expires routed requests never finished.
 	RequestTTL time.Duration
 	// DisablePrediction turns off the predicted-blocks overlay for workers with events.
@@ -95,6 +106,7 @@ func DefaultConfig() Config {
 		Policy:                 PolicyTime,
 		PrefillTokensPerSecond: 10000,
 		PrefillWeight:          2.0,
+		BalanceFactor:          1.3,
 		TierWeights:            &w,
 		RequestTTL:             5 * time.Minute,
 		PredictionTTL:          2 * time.Minute,
@@ -139,6 +151,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PrefillWeight < 0 {
 		return Config{}, fmt.Errorf("scoring: prefill weight %v is negative", c.PrefillWeight)
+	}
+	if c.BalanceFactor == 0 {
+		c.BalanceFactor = d.BalanceFactor
+	}
+	if !(c.BalanceFactor >= 1) || math.IsInf(c.BalanceFactor, 0) {
+		return Config{}, fmt.Errorf("scoring: balance factor %v must be a finite number >= 1", c.BalanceFactor)
 	}
 	if c.RequestTTL <= 0 {
 		c.RequestTTL = d.RequestTTL

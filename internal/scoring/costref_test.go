@@ -91,7 +91,19 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 	if _, err := r.evaluate(p, reused, false); err != nil {
 		t.Fatal(err)
 	}
+	r.load.mu.Lock()
+	admitted := referenceAdmit(r, ranks, float64(len(fresh.hashes)), cands)
+	r.load.mu.Unlock()
 	r.costCandidates(ranks, reused)
+	var adm []int
+	for i := range reused.cands {
+		if reused.loads[i] <= reused.bound {
+			adm = append(adm, i)
+		}
+	}
+	if fmt.Sprint(adm) != fmt.Sprint(admitted) {
+		t.Fatalf("admitted %v, reference %v", adm, admitted)
+	}
 	if len(reused.cands) != len(cands) {
 		t.Fatalf("%d candidates, reference %d", len(reused.cands), len(cands))
 	}
@@ -128,9 +140,48 @@ func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands 
 		cands, terms = append(cands, j), append(terms, costTerms{prefill: prefill, decode: decode})
 		costs = append(costs, r.cfg.PrefillWeight*prefill+decode)
 	}
-	if r.cfg.Policy != PolicyTime || len(cands) == 0 {
-		return cands, costs, want
+	if r.cfg.Policy == PolicyTime && len(cands) > 0 {
+		want = referenceTimeCosts(r, ranks, s, now, cands, terms, costs)
 	}
+	return cands, costs, want
+}
+
+// referenceAdmit is the bounded-load guard written plainly (each rank's
+// decayed load as the Route left it; balance_test.go checks the decay): the
+// admitted candidates, indices into cands, all of them when nothing is
+// excluded.
+func referenceAdmit(r *Router, ranks []*rank, x float64, cands []int) []int {
+	all := make([]int, len(cands))
+	for i := range all {
+		all[i] = i
+	}
+	f := r.load.fleets[ranks[0].worker.Model]
+	if r.cfg.DisableBalance || f == nil || len(cands) < 2 {
+		return all
+	}
+	total := 0.0
+	for _, rk := range ranks {
+		total += rk.routed
+	}
+	bound := r.cfg.BalanceFactor * (total + x*max(f.balance.scale, 1)) / float64(len(ranks))
+	least := math.Inf(1)
+	for _, j := range cands {
+		least = min(least, ranks[j].routed)
+	}
+	var kept []int
+	for pass := 0; pass < 2 && len(kept) == 0; pass++ {
+		for i, j := range cands {
+			l := ranks[j].routed
+			if (pass == 0 && l <= bound) || (pass == 1 && l == least) {
+				kept = append(kept, i)
+			}
+		}
+	}
+	return kept
+}
+
+// referenceTimeCosts writes PolicyTime's costs of cands into costs.
+func referenceTimeCosts(r *Router, ranks []*rank, s *scratch, now time.Time, cands []int, terms []costTerms, costs []float64) (want fleetAfter) {
 	f := r.load.fleets[ranks[cands[0]].worker.Model]
 	e := ratesOf(f, r.load.priorSPT)
 	pending := 0.0
@@ -167,7 +218,7 @@ func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands 
 		costs[i] = c
 	}
 	want.capacity = capacity
-	return cands, costs, want
+	return want
 }
 
 // fleetAfter is what a Route leaves in the fleet's learner state.

@@ -1,6 +1,9 @@
 package scoring
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // checkInvariants stops the Router and checks its tables agree: registry,
 // model lists, load counters against active requests, the overlay's holders
@@ -100,11 +103,36 @@ func (r *Router) checkLoad() error {
 		if s == nil {
 			s = &sums{}
 		}
+		if !(rk.routed >= 0) || math.IsInf(rk.routed, 0) {
+			return fmt.Errorf("rank %v guard load %v", rk.key, rk.routed)
+		}
 		if got := (sums{rk.active, rk.prefillBlocks, rk.prefillTokens, rk.decodeBlocks, rk.timing.pending}); got != *s {
 			return fmt.Errorf("rank %v load %+v, requests sum to %+v", rk.key, got, *s)
 		}
 	}
+	if err := r.checkBalance(); err != nil {
+		return err
+	}
 	return r.checkPending()
+}
+
+// checkBalance checks each model's guard total is its listed ranks' loads
+// summed (up to rounding). The caller holds every lock.
+func (r *Router) checkBalance() error {
+	for m, ranks := range r.models {
+		f := r.load.fleets[m]
+		if f == nil {
+			continue
+		}
+		sum := 0.0
+		for _, rk := range ranks {
+			sum += rk.routed
+		}
+		if math.Abs(sum-f.balance.total) > 1e-9*max(1, sum) {
+			return fmt.Errorf("model %q: guard total %v, ranks' loads sum to %v", m, f.balance.total, sum)
+		}
+	}
+	return nil
 }
 
 // checkPending checks loadTable.pending is each model's ranks' pending

@@ -29,6 +29,7 @@ func (t *loadTable) unlist(ranks []*rank) {
 	for _, rk := range ranks {
 		if !rk.unlisted {
 			t.pendingChanged(rk, -rk.timing.pending)
+			t.unlistedBalance(rk) // (balance.go)
 			rk.unlisted = true
 		}
 	}

@@ -42,6 +42,7 @@ type rank struct {
 	prefillBlocks int64
 	prefillTokens int64
 	decodeBlocks  int64
+	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
 	active        int64
 	timing        rankTiming
 }

@@ -73,7 +73,7 @@ func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID str
 	if !r.costCandidates(ranks, s) {
 		return fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
 	}
-	pick := r.choose(s.costs, temperature)
+	pick := r.chooseAdmitted(s, temperature)
 	fillDecision(dec, ranks, s, pick, maxCandidates)
 	chosen := ranks[s.cands[pick]]
 	pb, pt, db := r.loadOf(p, s, dec.Matched)

@@ -108,6 +108,7 @@ type fleetTiming struct {
 	seq      uint64  // samples so far
 	ranks    int     // the model's ranks at the last Route
 	decay    *decayMemo
+	balance  balanceState // the bounded-load guard's (balance.go)
 }
 
 // rankDecay is the weight left to a rank's samples after the fleet's
@@ -131,6 +132,7 @@ func (t *loadTable) prefillStarted(q *request) {
 	if f == nil {
 		return
 	}
+	t.routedAdded(q, f)
 	matched := float64(q.decodeBlocks - q.prefillBlocks)
 	f.hits = fleetKeep*f.hits + matched
 	f.stores = fleetKeep*f.stores + float64(q.prefillBlocks)

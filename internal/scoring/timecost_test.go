@@ -17,7 +17,9 @@ import (
 // TestTimeCostScripts runs PolicyTime through testdata/timecost/*.txt
 // (regenerate the expectations with -rewrite). Commands:
 //
-//	init [prior=TOKENS/S] [predict]   a fresh router with PolicyTime (prediction off unless predict)
+//	init [prior=TOKENS/S] [predict] [balance=C]
+//	                                   a fresh router with PolicyTime (prediction off unless
+//	                                   predict; the bounded-load guard's factor C, off without)
 //	worker id=W                        register worker W (model m, one rank)
 //	store id=W base=B tokens=N blocks=K
 //	                                   W's index holds the first K blocks of the prompt (B, N)
@@ -26,6 +28,7 @@ import (
 //	advance d=DURATION                 the clock moves on
 //	done req=R | finish req=R          MarkPrefillDone / MarkFinished
 //	learned                            the learner's state: the fleet's rates, then per rank
+//	context                            every rank's guard load (decayed routed blocks)
 func TestTimeCostScripts(t *testing.T) {
 	scripts, err := filepath.Glob("testdata/timecost/*.txt")
 	if err != nil || len(scripts) == 0 {
@@ -45,8 +48,13 @@ func TestTimeCostScripts(t *testing.T) {
 						d.ScanArgs(t, "prior", &prior)
 					}
 					predict := d.HasArg("predict")
+					balance := 0.0 // (off unless asked for: the scripts test the cost)
+					if d.HasArg("balance") {
+						d.ScanArgs(t, "balance", &balance)
+					}
 					f = newFixture(t, func(c *Config) {
 						c.Policy, c.PrefillTokensPerSecond, c.DisablePrediction = PolicyTime, prior, !predict
+						c.BalanceFactor, c.DisableBalance = balance, balance == 0
 					})
 					return "ok"
 				case "worker":
@@ -96,6 +104,8 @@ func TestTimeCostScripts(t *testing.T) {
 					return "ok"
 				case "learned":
 					return describeLearned(f.r)
+				case "context":
+					return describeContext(f.r)
 				}
 				d.Fatalf(t, "unknown command %s", d.Cmd)
 				return ""
@@ -111,6 +121,19 @@ func describeDecision(dec *Decision) string {
 	sort.Slice(cands, func(i, j int) bool { return cands[i].WorkerID < cands[j].WorkerID })
 	for _, c := range cands {
 		fmt.Fprintf(&b, "%s: matched %d, cost %.4g ms\n", c.WorkerID, c.Matched, 1000*c.Cost)
+	}
+	return b.String()
+}
+
+func describeContext(r *Router) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	var b strings.Builder
+	bs := r.load.fleets["m"].balance
+	for _, rk := range r.models["m"] {
+		fmt.Fprintf(&b, "%s: %.4g blocks\n", rk.key.ID, rk.routed/max(bs.scale, 1))
 	}
 	return b.String()
 }
@@ -231,7 +254,8 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 // of its own: its estimate must still drift back to the fleet's as the
 // others' timings come in.
 func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction = PolicyTime, true })
+	// (The guard off: it would move a's prompts to b, as it should.)
+	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction, c.DisableBalance = PolicyTime, true, true })
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)

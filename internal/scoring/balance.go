@@ -1,0 +1,156 @@
+package scoring
+
+import "math"
+
+// The bounded-load guard, after consistent hashing with bounded loads
+// (Mirrokni, Thorup and Zadimoghaddam): a Route's candidates are only the
+// ranks whose load stays within BalanceFactor times the model's mean once
+// this request is counted.
+//
+// The load is a rank's recent routed context: the prompt blocks of the
+// requests routed to it, cached or not, each weighted exp(-k / N) where k
+// is how many requests the model has been routed since, over a window of
+//
+//	N = ranks x (2 / (c - 1))^2
+//
+// requests (no decay for c = 1). Prompt blocks, cached ones included, are
+// what the request holds in the rank's KV memory and reads at every decode
+// step; counting them as they are routed bounds the rate at which context
+// reaches a rank, whatever its cache saves it in prefill. (The in-flight
+// context alone does not bound it: a rank holding sticky sessions serves
+// their cached prompts without prefill, its requests finish sooner, and it
+// takes many more prompt tokens per in-flight block than its share.)
+//
+// The window is in routed requests, not seconds, so it means the same at
+// any request rate and through timing stalls. Its length is set by noise:
+// a rank at its fair share gets m = N / ranks of the window's requests,
+// give or take sqrt(m) (about Poisson), and the bound c m is 2 sqrt(m)
+// above m exactly when m = (2 / (c - 1))^2. So a fairly loaded rank is
+// excluded by chance on about one Route in forty, and the guard acts on
+// lasting piles; a shorter window makes it act on noise (and move sessions
+// off their caches for nothing), a longer one lets a pile last longer.
+//
+// Candidate j (load L_j, prompt x blocks, model total T over n ranks) is
+// admissible when
+//
+//	L_j + x <= c (T + x) / n + x,   i.e.   L_j <= c (T + x) / n
+//
+// The slack of one request (the "+ x") makes the least-loaded rank always
+// admissible (L_min <= T/n <= c (T+x)/n for c >= 1), so the guard only
+// narrows the choice, and the cost (temperature sampling included) decides
+// among the admissible ranks; the Decision still lists every candidate
+// under the busy thresholds with its cost terms. It falls back to the
+// least-loaded candidate only when busy thresholds took out every
+// admissible rank. The bound: a rank ends every Route at most c x the mean
+// plus that one request, over the window.
+//
+// The decay is forward decay (Cormode et al.): a rank keeps its load in
+// units of the model's scale S, which grows by exp(1 / N) per routed
+// request; adding x adds x S, and comparing loads of one model needs no
+// per-rank exponential. The model's total is kept as loads are added (and
+// ranks leave), so costCandidates compares each candidate's load with the
+// bound in its pass over the ranks, and only a Route that finds a rank over
+// it makes a second pass, over the candidates' loads.
+
+// balanceState is a model's guard state. Guarded by loadTable.mu.
+type balanceState struct {
+	scale float64 // S: loads are in units of it (0: no request yet)
+	grow  float64 // exp(1 / N) for the model's ranks at the last Route
+	total float64 // the loads of the model's listed ranks, summed
+}
+
+// maxScale bounds S before the model's loads are rescaled to S = 1.
+const maxScale = 1e100
+
+// window sets grow for n ranks and factor c.
+func (s *balanceState) window(n int, c float64) {
+	if s.scale == 0 {
+		s.scale = 1
+	}
+	s.grow = 1
+	if c > 1 {
+		s.grow = math.Exp((c - 1) * (c - 1) / (4 * float64(n)))
+	}
+}
+
+// rescale brings the loads of ranks (a model's list) back to scale 1 once
+// the scale grows large: rare, O(ranks). The caller holds loadTable.mu.
+func (s *balanceState) rescale(ranks []*rank) {
+	if s.scale < maxScale {
+		return
+	}
+	for _, rk := range ranks {
+		rk.routed /= s.scale
+	}
+	s.total /= s.scale
+	s.scale = 1
+}
+
+// routedAdded counts q's prompt on its rank's load. The caller holds
+// loadTable.mu.
+func (t *loadTable) routedAdded(q *request, f *fleetTiming) {
+	b := &f.balance
+	if b.scale == 0 { // (a remote request before any Route here)
+		b.scale, b.grow = 1, 1
+	}
+	b.scale *= b.grow
+	w := float64(q.decodeBlocks) * b.scale
+	q.rank.routed += w
+	if !q.rank.unlisted {
+		b.total += w
+	}
+}
+
+// unlistedBalance takes rk, just taken off its model's list, out of the model's
+// total. The caller holds loadTable.mu.
+func (t *loadTable) unlistedBalance(rk *rank) {
+	if f := t.fleets[rk.worker.Model]; f != nil {
+		f.balance.total = max(0, f.balance.total-rk.routed)
+	}
+}
+
+// bound is the largest load admissible for a prompt of x blocks over n
+// ranks (+Inf with the guard off). The caller holds r.load.mu.
+func (r *Router) bound(b *balanceState, n int, x float64) float64 {
+	if r.cfg.DisableBalance || b == nil {
+		return math.Inf(1)
+	}
+	return r.cfg.BalanceFactor * (b.total + x*b.scale) / float64(n)
+}
+
+// admit sets s.bound, the largest load choose takes a candidate at: bound,
+// or when every candidate is over it (only when busy thresholds excluded
+// every admissible rank) the least candidate load. costCandidates calls it
+// only when some candidate is over bound; otherwise s.bound is +Inf and
+// choose does not look at loads.
+func (s *scratch) admit(bound float64) {
+	least := math.Inf(1)
+	for _, l := range s.loads {
+		if l < least {
+			least = l
+		}
+	}
+	s.bound = max(bound, least)
+}
+
+// chooseAdmitted picks a candidate (an index into s.cands) among those admit
+// admitted.
+func (r *Router) chooseAdmitted(s *scratch, temperature float64) int {
+	if math.IsInf(s.bound, 1) {
+		return r.choose(s.costs, temperature, nil, 0)
+	}
+	return r.choose(s.costs, temperature, s.loads, s.bound)
+}
+
+// balanceOf returns the guard state of ranks' model, its window set for
+// them, or nil when the table holds no more models. The caller holds
+// loadTable.mu.
+func (r *Router) balanceOf(ranks []*rank) *balanceState {
+	f := r.load.fleetOf(ranks[0].worker.Model)
+	if f == nil {
+		return nil
+	}
+	f.balance.window(len(ranks), r.cfg.BalanceFactor)
+	f.balance.rescale(ranks)
+	return &f.balance
+}

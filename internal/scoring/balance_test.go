@@ -1,0 +1,118 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
+)
+
+// guardLoads returns every rank's guard load in blocks, by worker id.
+func guardLoads(r *Router, model string) (map[string]float64, float64) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	scale := 1.0
+	if f := r.load.fleets[model]; f != nil {
+		scale = max(f.balance.scale, 1)
+	}
+	out := map[string]float64{}
+	total := 0.0
+	for _, rk := range r.models[model] {
+		out[rk.key.ID] = rk.routed / scale
+		total += rk.routed / scale
+	}
+	return out, total
+}
+
+// TestGuardBoundsAStickyPrefix routes prompts that all extend one prefix
+// cached on w0 (the worst case for balance: the cost sends every one to w0),
+// some finished, some left in flight. With the guard every Route must leave
+// the chosen rank within c x the mean plus the request, and w0 takes a
+// share near it (the bound is on the window, not the whole run); without
+// it w0 takes everything. The guard's loads
+// must also be the plain decayed sums (forward decay, rescaled past
+// maxScale: with c = 3 the window is 8 x (2/2)^2 = 8 requests, so 3,000
+// Routes grow the scale past 1e100 many times).
+func TestGuardBoundsAStickyPrefix(t *testing.T) {
+	const ranks = 8
+	for _, c := range []float64{0, 1.3, 3} {
+		t.Run(fmt.Sprintf("c=%v", c), func(t *testing.T) {
+			f := newFixture(t, func(cfg *Config) {
+				cfg.Policy, cfg.DisablePrediction = PolicyTime, true
+				cfg.BalanceFactor, cfg.DisableBalance = c, c == 0
+			})
+			for w := range ranks {
+				f.addWorker(fmt.Sprintf("w%d", w), "m", 1)
+			}
+			prefix := tokens(1, 256*bs)
+			f.store("w0", 0, prefix, 256, kv.TierDevice)
+			rng := rand.New(rand.NewPCG(3, 4))
+			n := 3000
+			window := math.Inf(1)
+			if c > 1 {
+				window = float64(ranks) * 4 / ((c - 1) * (c - 1))
+			}
+			type routed struct {
+				id     string
+				blocks float64
+			}
+			var history []routed
+			sent := map[string]float64{}
+			var active []string
+			for i := range n {
+				x := 1 + rng.IntN(255)
+				before, total := guardLoads(f.r, "m")
+				id := fmt.Sprint("q", i)
+				dec, err := f.r.Route(&Prompt{Model: "m", Tokens: prefix[:x*bs]}, id, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent[dec.WorkerID] += float64(x)
+				history = append(history, routed{dec.WorkerID, float64(x)})
+				if c > 0 {
+					if bound := c * (total + float64(x)) / ranks; before[dec.WorkerID] > bound*(1+1e-9) {
+						t.Fatalf("Route %d: %s at %.1f blocks, over the bound %.1f", i, dec.WorkerID, before[dec.WorkerID], bound)
+					}
+				}
+				active = append(active, id)
+				for len(active) > 4 || (len(active) > 0 && rng.IntN(2) == 0) {
+					k := rng.IntN(len(active))
+					if err := f.r.MarkFinished(active[k]); err != nil {
+						t.Fatal(err)
+					}
+					active = append(active[:k], active[k+1:]...)
+				}
+			}
+			got, _ := guardLoads(f.r, "m")
+			want := map[string]float64{}
+			for k, h := range history {
+				want[h.id] += h.blocks * math.Exp(-float64(len(history)-1-k)/window)
+			}
+			for id, w := range want {
+				if c == 0 {
+					break // (no window to check against)
+				}
+				if math.Abs(got[id]-w) > 1e-6*math.Max(1, w) {
+					t.Fatalf("%s: guard load %v, decayed sum %v", id, got[id], w)
+				}
+			}
+			maxSent, mean := 0.0, 0.0
+			for _, v := range sent {
+				maxSent = max(maxSent, v)
+				mean += v / ranks
+			}
+			imbalance := maxSent / mean
+			t.Logf("c=%v: w0 took %.0f%% of the blocks, imbalance %.2f", c, 100*sent["w0"]/(mean*ranks), imbalance)
+			switch {
+			case c == 0 && sent["w0"] != mean*ranks:
+				t.Fatalf("without the guard w0 took %.0f of %.0f blocks, want all", sent["w0"], mean*ranks)
+			case c > 0 && sent["w0"] > 2*c*mean:
+				t.Fatalf("with the guard w0 took %.0f blocks, over 2c x the mean %.0f", sent["w0"], mean)
+			}
+		})
+	}
+}
