@@ -138,7 +138,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		}
 		credit := 0.0
 		if s.depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
-			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
+			credit = r.credit(&s.byTier[j], s.depth[j]-s.radixM[j])
 		}
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
@@ -172,13 +172,23 @@ func (r *Router) busy(rk *rank) bool {
 
 // credit is a rank's overlap credit: each matched block weighted by its best
 // tier's weight, and predicted blocks as device blocks.
-func (r *Router) credit(byTier [kv.NumTiers]uint32, predicted uint32) float64 {
+//
+// The sum is written out, tier by tier in the order of the tiers (the
+// operations and their order are those of a loop over them, so the credit
+// is the same to the bit): a Route computes it for every rank that matched.
+func (r *Router) credit(byTier *[kv.NumTiers]uint32, predicted uint32) float64 {
+	w := &r.weights
 	c := 0.0
-	for t, n := range byTier {
-		c += r.weights[t] * float64(n)
-	}
-	return c + r.weights[kv.TierDevice]*float64(predicted)
+	c += w[0] * float64(byTier[0])
+	c += w[1] * float64(byTier[1])
+	c += w[2] * float64(byTier[2])
+	c += w[3] * float64(byTier[3])
+	return c + w[kv.TierDevice]*float64(predicted)
 }
+
+// credit's written-out sum covers exactly kv.NumTiers tiers; a change in
+// their number fails to compile here.
+var _ = [1]struct{}{}[kv.NumTiers-4]
 
 // costTerms is one candidate's cost and the terms it is made of (reported
 // in Decision.Candidates).
