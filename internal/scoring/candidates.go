@@ -121,10 +121,9 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	promptBlocks := float64(len(s.hashes))
 	n := len(ranks)
-	s.cands = resize(s.cands, n)
-	s.costs = resize(s.costs, n)
-	s.terms = resize(s.terms, n)
-	s.loads = resize(s.loads, n)
+	// The slices in locals: the loop's stores then need no reload of s.
+	cands, costs, terms, loads := resize(s.cands, n), resize(s.costs, n), resize(s.terms, n), resize(s.loads, n)
+	depth, radixM, byTier := s.depth[:n], s.radixM[:n], s.byTier[:n]
 	k := 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
@@ -137,8 +136,8 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			continue
 		}
 		credit := 0.0
-		if s.depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
-			credit = r.credit(&s.byTier[j], s.depth[j]-s.radixM[j])
+		if depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
+			credit = r.credit(&byTier[j], depth[j]-radixM[j])
 		}
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
@@ -147,14 +146,14 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
-		s.cands[k], s.terms[k], s.costs[k], s.loads[k] = j, t, t.cost, rk.routed
+		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, rk.routed
 		over = over || rk.routed > bound
 		k++
 	}
 	if timed && k > 0 {
 		tc.end()
 	}
-	s.cands, s.costs, s.terms, s.loads = s.cands[:k], s.costs[:k], s.terms[:k], s.loads[:k]
+	s.cands, s.costs, s.terms, s.loads = cands[:k], costs[:k], terms[:k], loads[:k]
 	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)
