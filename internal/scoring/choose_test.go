@@ -63,7 +63,7 @@ func TestChooseMatchesReference(t *testing.T) {
 	}
 	gen := rand.New(rand.NewPCG(5, 6))
 	special := []float64{0, math.Copysign(0, -1), 1, 2, math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat64}
-	for trial := range 20000 {
+	for trial := range 100000 {
 		n := 1 + gen.IntN(12)
 		costs := make([]float64, n)
 		for i := range costs {

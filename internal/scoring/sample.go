@@ -13,7 +13,10 @@ func (r *Router) choose(costs []float64, temperature float64, loads []float64, b
 	out := func(i int) bool { return loads != nil && loads[i] > bound }
 	// One pass finds lo and hi, and the ties at lo as they stand: without a
 	// NaN, a cost below the running lo is the new minimum and one equal to it
-	// a tie (min and max are as before, so the costs compare as before).
+	// a tie. Comparisons give the min and max of min and max but for the
+	// sign of a zero lo or hi, which changes nothing below (a tie compares
+	// equal, hi - lo is hi or -lo, and exp(±0) is 1). A NaN is min's and
+	// max's, and they are taken again.
 	lo, hi := math.Inf(1), math.Inf(-1)
 	ties, first, nan := 0, 0, false
 	for i, c := range costs {
@@ -22,7 +25,7 @@ func (r *Router) choose(costs []float64, temperature float64, loads []float64, b
 		}
 		switch {
 		case c < lo:
-			ties, first = 1, i
+			lo, ties, first = c, 1, i
 		case c == lo: // (+Inf as the first: lo starts there)
 			if ties == 0 {
 				first = i
@@ -31,7 +34,17 @@ func (r *Router) choose(costs []float64, temperature float64, loads []float64, b
 		case c != c:
 			nan = true
 		}
-		lo, hi = min(lo, c), max(hi, c)
+		if c > hi {
+			hi = c
+		}
+	}
+	if nan {
+		lo, hi = math.Inf(1), math.Inf(-1)
+		for i, c := range costs {
+			if !out(i) {
+				lo, hi = min(lo, c), max(hi, c)
+			}
+		}
 	}
 	if temperature == 0 || hi == lo {
 		if ties == 1 && !nan {
