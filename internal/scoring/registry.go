@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -29,32 +28,23 @@ type worker struct {
 
 // rank is one data-parallel rank of a worker: the unit that is scored,
 // chosen, loaded and predicted.
-//
-// Its fields are laid out for costCandidates, which reads every rank of a
-// model on every Route: what it reads (the load, the time policy's
-// estimate, the index handle) comes first, within the rank's first 136
-// bytes, and a worker's ranks are one array (AddWorker).
 type rank struct {
-	// Guarded by loadTable.mu.
-	prefillBlocks int64
-	prefillTokens int64
-	decodeBlocks  int64
-	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
-	timing        rankTiming
-
+	key         kv.WorkerRank
+	worker      *worker
+	slot        int32 // overlay slot
+	idx         int   // position in its model's rank list; guarded by Router.mu
+	approximate bool
 	// handle is the rank's index entry, once seen (indexCached).
 	handle atomic.Pointer[radix.Handle]
 
 	// Guarded by loadTable.mu.
-	lastDone time.Time // the rank's last MarkPrefillDone (the time policy's)
-	active   int64
-	unlisted bool // off its model's list (RemoveWorker): not in loadTable.pending
-
-	approximate bool
-	slot        int32 // overlay slot
-	key         kv.WorkerRank
-	worker      *worker
-	idx         int // position in its model's rank list; guarded by Router.mu
+	unlisted      bool // off its model's list (RemoveWorker): not in loadTable.pending
+	prefillBlocks int64
+	prefillTokens int64
+	decodeBlocks  int64
+	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
+	active        int64
+	timing        rankTiming
 }
 
 // indexCached is the index's size of rk (radix.Index.Cached) through the
@@ -98,15 +88,16 @@ func (r *Router) AddWorker(w Worker) error {
 		return limitError(LimitWorkers, ErrResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.ID, len(r.workers))
 	}
 	wk := &worker{Worker: w}
-	rks := make([]rank, w.DPSize) // (contiguous: a Route reads a model's ranks in list order)
 	for i := 0; i < w.DPSize; i++ {
 		capacity, ttl := r.cfg.PredictionCapacity, r.cfg.PredictionTTL
 		if w.Approximate {
 			capacity, ttl = r.cfg.ApproxCapacity, r.cfg.approxTTL
 		}
-		rk := &rks[i]
-		rk.key = kv.WorkerRank{ID: w.ID, DPRank: uint32(i)}
-		rk.worker, rk.approximate = wk, w.Approximate
+		rk := &rank{
+			key:         kv.WorkerRank{ID: w.ID, DPRank: uint32(i)},
+			worker:      wk,
+			approximate: w.Approximate,
+		}
 		r.overlay.addRank(rk, capacity, ttl)
 		wk.ranks = append(wk.ranks, rk)
 		r.ranks[rk.key] = rk

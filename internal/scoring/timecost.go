@@ -90,13 +90,12 @@ func (s *timeStats) slope() float64 {
 }
 
 // rankTiming is what the learner keeps per rank.
-// (The rank's last MarkPrefillDone is rank.lastDone, out of the way of what
-// a Route reads.)
 type rankTiming struct {
 	stats     timeStats
+	lastDone  time.Time // the rank's last MarkPrefillDone
+	busySince time.Time // when its oldest pending prefill started, while pending > 0
 	pending   int64     // requests routed to it and not yet prefill-done
 	seq       uint64    // the fleet's sample count when stats was last decayed
-	busySince time.Time // when its oldest pending prefill started, while pending > 0
 }
 
 // fleetTiming is what the learner keeps per model.
@@ -149,11 +148,11 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 		return
 	}
 	start := q.routed
-	if q.rank.lastDone.After(start) {
-		start = q.rank.lastDone
+	if rt.lastDone.After(start) {
+		start = rt.lastDone
 	}
 	busy := now.Sub(start).Seconds()
-	q.rank.lastDone = now
+	rt.lastDone = now
 	if rt.pending > 0 {
 		rt.busySince = now
 	}
