@@ -13,10 +13,10 @@ func (r *Router) choose(costs []float64, temperature float64, loads []float64, b
 	out := func(i int) bool { return loads != nil && loads[i] > bound }
 	// One pass finds lo and hi, and the ties at lo as they stand: without a
 	// NaN, a cost below the running lo is the new minimum and one equal to it
-	// a tie. Comparisons give the min and max of min and max but for the
-	// sign of a zero lo or hi, which changes nothing below (a tie compares
-	// equal, hi - lo is hi or -lo, and exp(±0) is 1). A NaN is min's and
-	// max's, and they are taken again.
+	// a tie. Comparisons find the lo and hi min and max would, except perhaps
+	// for the sign of a zero, which changes nothing below (a tie compares
+	// equal, hi - lo is hi or -lo, and exp(±0) is 1). min and max propagate a
+	// NaN, so after one they are taken again with min and max.
 	lo, hi := math.Inf(1), math.Inf(-1)
 	ties, first, nan := 0, 0, false
 	for i, c := range costs {
