@@ -121,10 +121,9 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	promptBlocks := float64(len(s.hashes))
 	n := len(ranks)
-	s.cands = resize(s.cands, n)
-	s.costs = resize(s.costs, n)
-	s.terms = resize(s.terms, n)
-	s.loads = resize(s.loads, n)
+	// The slices in locals: the loop's stores then need no reload of s.
+	cands, costs, terms, loads := resize(s.cands, n), resize(s.costs, n), resize(s.terms, n), resize(s.loads, n)
+	depth, radixM, byTier := s.depth[:n], s.radixM[:n], s.byTier[:n]
 	k := 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
@@ -137,8 +136,8 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			continue
 		}
 		credit := 0.0
-		if s.depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
-			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
+		if depth[j] > 0 { // (no matched block: no credit; depth >= radixM)
+			credit = r.credit(&byTier[j], depth[j]-radixM[j])
 		}
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
@@ -147,14 +146,14 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
-		s.cands[k], s.terms[k], s.costs[k], s.loads[k] = j, t, t.cost, rk.routed
+		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, rk.routed
 		over = over || rk.routed > bound
 		k++
 	}
 	if timed && k > 0 {
 		tc.end()
 	}
-	s.cands, s.costs, s.terms, s.loads = s.cands[:k], s.costs[:k], s.terms[:k], s.loads[:k]
+	s.cands, s.costs, s.terms, s.loads = cands[:k], costs[:k], terms[:k], loads[:k]
 	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)
@@ -172,13 +171,23 @@ func (r *Router) busy(rk *rank) bool {
 
 // credit is a rank's overlap credit: each matched block weighted by its best
 // tier's weight, and predicted blocks as device blocks.
-func (r *Router) credit(byTier [kv.NumTiers]uint32, predicted uint32) float64 {
+//
+// The sum is written out, tier by tier in the order of the tiers (the
+// operations and their order are those of a loop over them, so the credit
+// is the same to the bit): a Route computes it for every rank that matched.
+func (r *Router) credit(byTier *[kv.NumTiers]uint32, predicted uint32) float64 {
+	w := &r.weights
 	c := 0.0
-	for t, n := range byTier {
-		c += r.weights[t] * float64(n)
-	}
-	return c + r.weights[kv.TierDevice]*float64(predicted)
+	c += w[0] * float64(byTier[0])
+	c += w[1] * float64(byTier[1])
+	c += w[2] * float64(byTier[2])
+	c += w[3] * float64(byTier[3])
+	return c + w[kv.TierDevice]*float64(predicted)
 }
+
+// credit's written-out sum covers exactly kv.NumTiers tiers; a change in
+// their number fails to compile here.
+var _ = [1]struct{}{}[kv.NumTiers-4]
 
 // costTerms is one candidate's cost and the terms it is made of (reported
 // in Decision.Candidates).

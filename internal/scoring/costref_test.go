@@ -133,7 +133,7 @@ func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands 
 		}
 		credit := 0.0
 		if s.depth[j] > 0 {
-			credit = r.credit(s.byTier[j], s.depth[j]-s.radixM[j])
+			credit = referenceCredit(r, s.byTier[j], s.depth[j]-s.radixM[j])
 		}
 		prefill := float64(len(s.hashes)) - credit + float64(rk.prefillBlocks)
 		decode := float64(rk.decodeBlocks)
@@ -144,6 +144,16 @@ func referenceCosts(r *Router, ranks []*rank, s *scratch, now time.Time) (cands 
 		want = referenceTimeCosts(r, ranks, s, now, cands, terms, costs)
 	}
 	return cands, costs, want
+}
+
+// referenceCredit is the overlap credit as a loop over the tiers (credit
+// writes the sum out).
+func referenceCredit(r *Router, byTier [kv.NumTiers]uint32, predicted uint32) float64 {
+	c := 0.0
+	for t, n := range byTier {
+		c += r.weights[t] * float64(n)
+	}
+	return c + r.weights[kv.TierDevice]*float64(predicted)
 }
 
 // referenceAdmit is the bounded-load guard written plainly (each rank's
@@ -225,4 +235,26 @@ func referenceTimeCosts(r *Router, ranks []*rank, s *scratch, now time.Time, can
 type fleetAfter struct {
 	queue    float64
 	capacity uint64
+}
+
+// TestCreditMatchesLoop checks credit's written-out sum against the loop
+// over the tiers, bit for bit, for random tier weights and block counts
+// (TestCostsMatchReference stores device blocks only).
+func TestCreditMatchesLoop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	r := &Router{}
+	for trial := range 10000 {
+		for i := range r.weights {
+			r.weights[i] = rng.Float64() * float64(1+rng.IntN(3))
+		}
+		var byTier [kv.NumTiers]uint32
+		for i := range byTier {
+			byTier[i] = uint32(rng.IntN(1 << uint(rng.IntN(20))))
+		}
+		predicted := uint32(rng.IntN(600))
+		got, want := r.credit(&byTier, predicted), referenceCredit(r, byTier, predicted)
+		if math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("trial %d: credit(%v, %d) with weights %v = %v; the loop gives %v", trial, byTier, predicted, r.weights, got, want)
+		}
+	}
 }

@@ -97,7 +97,11 @@ func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) f
 	}
 	// t.prefill is prompt blocks - credit + active prefill blocks.
 	own := max(0, t.prefill-float64(rk.prefillBlocks)) * c.bs * spt
-	cost := waitSeconds(rk, spt, c.now) + own*(c.queue1+occupancy*c.e.reuse)
+	wait := 0.0 // (waitSeconds of a rank with no pending prefill, without the call)
+	if rk.timing.pending != 0 {
+		wait = waitSeconds(rk, spt, c.now)
+	}
+	cost := wait + own*(c.queue1+occupancy*c.e.reuse)
 	if cost-cost != 0 { // (NaN or ±Inf: math.IsNaN || math.IsInf in one test)
 		cost = math.MaxFloat64
 	}
