@@ -66,6 +66,9 @@ type Gateway struct {
 	marks, markRetries, marksNotFound atomic.Int64
 	marksFailed, routesInFlight       atomic.Int64
 	routesBy                          []atomic.Int64
+
+	callsMu sync.Mutex
+	calls   *sync.WaitGroup // the Route calls started since the last Settle
 }
 
 // GatewayStats counts what the gateway did.
@@ -116,7 +119,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.AttemptTimeout == 0 {
 		cfg.AttemptTimeout = 5 * time.Second
 	}
-	g := &Gateway{cfg: cfg, downUntil: make([]atomic.Int64, len(cfg.Addrs)), routesBy: make([]atomic.Int64, len(cfg.Addrs))}
+	g := &Gateway{cfg: cfg, downUntil: make([]atomic.Int64, len(cfg.Addrs)), routesBy: make([]atomic.Int64, len(cfg.Addrs)),
+		calls: new(sync.WaitGroup)}
 	for _, a := range cfg.Addrs {
 		cc, err := grpc.NewClient(dialAddr(a), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -147,6 +151,28 @@ func (g *Gateway) Stats() GatewayStats {
 		s.RoutesPerReplica = append(s.RoutesPerReplica, g.routesBy[i].Load())
 	}
 	return s
+}
+
+// Settle waits until every Route call started before it has returned and
+// been counted. A reply a replica sent just before it was killed is counted
+// by the calling goroutine after the reply arrives, so Stats taken right
+// after the kill could miss it and a later Stats would put it after the kill;
+// Settle then Stats counts it before.
+func (g *Gateway) Settle() {
+	g.callsMu.Lock()
+	old := g.calls
+	g.calls = new(sync.WaitGroup)
+	g.callsMu.Unlock()
+	old.Wait()
+}
+
+// startCall registers a Route call for Settle; the caller calls Done on
+// the result once the call is counted.
+func (g *Gateway) startCall() *sync.WaitGroup {
+	g.callsMu.Lock()
+	defer g.callsMu.Unlock()
+	g.calls.Add(1)
+	return g.calls
 }
 
 // RoutesInFlight is the number of Route calls not yet answered.
@@ -221,6 +247,8 @@ func (g *Gateway) Chooser(f *Fleet, model string) ChooseFunc {
 			RequestId:     id,
 			MaxCandidates: 1,
 		}
+		call := g.startCall()
+		defer call.Done() // (after the counters below)
 		g.routes.Add(1)
 		g.routesInFlight.Add(1)
 		var resp *kvrouterv1.RouteResponse

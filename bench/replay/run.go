@@ -417,7 +417,10 @@ func (sp *splitter) trigger(seq int) {
 			sp.fo.KillError = err.Error()
 		}
 		// Counted from the moment the process is gone: a Route in flight
-		// when the signal was sent may still have been answered.
+		// when the signal was sent may still have been answered, and is
+		// counted before once its call returns (Settle; the few Routes
+		// started between the kill and Settle are counted before too).
+		sp.side.gw.Settle()
 		sp.fo.After = sp.side.gw.Stats()
 	}()
 }
