@@ -74,8 +74,13 @@ func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
 	*c = timeCoster{f: f, e: ratesOf(f, r.load.priorSPT), bs: float64(r.cfg.BlockSize), now: now}
 	c.queue1 = 1 + c.e.queue
 	if f != nil {
+		// The rates were read from f as it is at this generation.
+		c.e.gen = r.load.gen
 		pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
-		f.ranks = len(ranks)
+		if f.ranks != len(ranks) {
+			f.ranks = len(ranks)
+			r.load.gen++ // (the next Route's rates decay by the new count)
+		}
 		f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
 		c.capacity = f.capacity
 	}
@@ -83,7 +88,7 @@ func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
 
 // cost is rk's cost, rk being rank j of the model's list with terms t.
 func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) float64 {
-	spt := c.e.secondsPerToken(&rk.timing, t.decode)
+	spt := c.e.memoSecondsPerToken(&rk.timing, t.decode)
 	occupancy := 0.0
 	if c.e.reuse > 0 {
 		cached := s.cached[j] // (Match's report, for a rank it scored)

@@ -96,6 +96,22 @@ type rankTiming struct {
 	busySince time.Time // when its oldest pending prefill started, while pending > 0
 	pending   int64     // requests routed to it and not yet prefill-done
 	seq       uint64    // the fleet's sample count when stats was last decayed
+	spt       sptMemo   // its last seconds per token (timeCoster)
+}
+
+// sptMemo is a rank's last secondsPerToken, with what it was computed from:
+// the learner's generation (loadTable.gen) and the rank's decode load.
+// secondsPerToken is a pure function of the rank's and its fleet's learned
+// state, which change only with a new generation, and of the decode load,
+// so a remembered value is the one it would return, bit for bit. A Route
+// costs every rank of its model, and the division and the decay lookup per
+// rank were its largest part; while no sample arrives (Routes without
+// MarkPrefillDone, or between marks) the ranks whose decode load did not
+// change cost one comparison.
+type sptMemo struct {
+	gen    uint64 // 0: none
+	decode float64
+	value  float64
 }
 
 // fleetTiming is what the learner keeps per model.
@@ -159,6 +175,7 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 	if busy < 0 || q.prefillTokens <= 0 {
 		return
 	}
+	t.gen++ // (the stats below change)
 	x := float64(q.decodeAtRoute)
 	f := t.fleetOf(q.rank.worker.Model)
 	// One sample moves the estimate by at most outlierFactor: a stall (a
@@ -189,6 +206,7 @@ func (t *loadTable) fleetOf(model string) *fleetTiming {
 		}
 		f = &fleetTiming{}
 		t.fleets[model] = f
+		t.gen++
 	}
 	return f
 }
@@ -203,6 +221,7 @@ type rates struct {
 	seq       uint64  // the fleet's samples so far
 	ranks     int
 	decay     *decayMemo // rankDecay for ranks (nil: computed each time)
+	gen       uint64     // the learner's generation it was read at (0: not memoized, sptMemo)
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
@@ -237,6 +256,20 @@ func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 		a = (k*s.wy + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
 	}
 	return a + e.slope*decode
+}
+
+// memoSecondsPerToken is secondsPerToken through rt's memo: computed again
+// only when the learner's generation or the decode load changed since.
+// The caller holds loadTable.mu (it writes the memo).
+func (e *rates) memoSecondsPerToken(rt *rankTiming, decode float64) float64 {
+	if m := &rt.spt; e.gen != 0 && m.gen == e.gen && m.decode == decode {
+		return m.value
+	}
+	v := e.secondsPerToken(rt, decode)
+	if e.gen != 0 {
+		rt.spt = sptMemo{gen: e.gen, decode: decode, value: v}
+	}
+	return v
 }
 
 // waitSeconds is how long a request routed to rk now waits for the prefills

@@ -300,3 +300,54 @@ func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
 		t.Fatalf("after 400 timings of b: a %.0f tokens/s, b %.0f; want b near 2,000 and a back near b", ra, rb)
 	}
 }
+
+// TestSecondsPerTokenMemo checks timeCoster's memo against secondsPerToken
+// itself: after each step (a Route, a sample, a decode load change, a new
+// rank count) every rank's memoized value is the one secondsPerToken
+// returns at the learner's state then, and a sample changes it.
+func TestSecondsPerTokenMemo(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Policy = PolicyTime })
+	f.addWorker("a", "m", 2)
+	p := &Prompt{Model: "m", Tokens: tokens(1, 64)}
+	check := func(step string) []float64 {
+		t.Helper()
+		f.r.mu.RLock()
+		defer f.r.mu.RUnlock()
+		f.r.load.mu.Lock()
+		defer f.r.load.mu.Unlock()
+		fl := f.r.load.fleets["m"]
+		e := ratesOf(fl, f.r.load.priorSPT)
+		e.gen = f.r.load.gen
+		var out []float64
+		for _, rk := range f.r.models["m"] {
+			want := e.secondsPerToken(&rk.timing, float64(rk.decodeBlocks))
+			got := e.memoSecondsPerToken(&rk.timing, float64(rk.decodeBlocks))
+			if math.Float64bits(got) != math.Float64bits(want) {
+				t.Fatalf("%s: rank %d: memo %v, secondsPerToken %v", step, rk.key.DPRank, got, want)
+			}
+			out = append(out, got)
+		}
+		return out
+	}
+	route := func(id string) {
+		t.Helper()
+		if _, err := f.r.Route(p, id, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	route("q1")
+	before := check("after a Route")
+	f.clock.advance(50 * time.Millisecond)
+	if err := f.r.MarkPrefillDone("q1"); err != nil {
+		t.Fatal(err)
+	}
+	after := check("after a sample")
+	if fmt.Sprint(before) == fmt.Sprint(after) {
+		t.Fatalf("a sample of 50ms for 64 tokens left every rank's seconds per token at %v", after)
+	}
+	route("q2") // (decode load moved with q1 and q2)
+	check("after a second Route")
+	f.addWorker("b", "m", 1)
+	route("q3")
+	check("after a new rank")
+}
