@@ -90,13 +90,14 @@ func (s *timeStats) slope() float64 {
 }
 
 // rankTiming is what the learner keeps per rank.
+// (pending and spt first: every Route reads them for every rank, rank.)
 type rankTiming struct {
+	pending   int64   // requests routed to it and not yet prefill-done
+	spt       sptMemo // its last seconds per token (timeCoster)
+	seq       uint64  // the fleet's sample count when stats was last decayed
 	stats     timeStats
 	lastDone  time.Time // the rank's last MarkPrefillDone
 	busySince time.Time // when its oldest pending prefill started, while pending > 0
-	pending   int64     // requests routed to it and not yet prefill-done
-	seq       uint64    // the fleet's sample count when stats was last decayed
-	spt       sptMemo   // its last seconds per token (timeCoster)
 }
 
 // sptMemo is a rank's last secondsPerToken, with what it was computed from:
