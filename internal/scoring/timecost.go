@@ -222,7 +222,7 @@ type rates struct {
 	seq       uint64  // the fleet's samples so far
 	ranks     int
 	decay     *decayMemo // rankDecay for ranks (nil: computed each time)
-	gen       uint64     // the learner's generation it was read at (0: not memoized, sptMemo)
+	gen       uint64     // the learner's generation it was read at (timeCoster sets it; sptMemo)
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
@@ -259,17 +259,14 @@ func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 	return a + e.slope*decode
 }
 
-// memoSecondsPerToken is secondsPerToken through rt's memo: computed again
-// only when the learner's generation or the decode load changed since.
-// The caller holds loadTable.mu (it writes the memo).
-func (e *rates) memoSecondsPerToken(rt *rankTiming, decode float64) float64 {
-	if m := &rt.spt; e.gen != 0 && m.gen == e.gen && m.decode == decode {
-		return m.value
-	}
+// rememberSecondsPerToken is secondsPerToken, remembered in rt's memo for
+// e's generation (which must be the one e was read at, never 0: a memo never
+// written holds generation 0). timeCoster.cost calls it when the memo is
+// not for e.gen and decode. The caller holds loadTable.mu (it writes the
+// memo).
+func (e *rates) rememberSecondsPerToken(rt *rankTiming, decode float64) float64 {
 	v := e.secondsPerToken(rt, decode)
-	if e.gen != 0 {
-		rt.spt = sptMemo{gen: e.gen, decode: decode, value: v}
-	}
+	rt.spt = sptMemo{gen: e.gen, decode: decode, value: v}
 	return v
 }
 
