@@ -31,8 +31,8 @@ type worker struct {
 //
 // A Route reads every rank of its model (evaluate, costCandidates), so what
 // it reads for a rank that matched nothing and has no pending prefill comes
-// first and fits in the rank's first 64 bytes, one cache line (a rank is 256
-// bytes, a size class whose objects are 256-aligned): idx, the load the
+// first and fits in the rank's first 64 bytes, one cache line (a rank is in
+// the 256-byte size class, whose objects are 256-aligned): idx, the load the
 // cost and the guard read, and the start of timing (pending and the seconds
 // per token memo). TestRankLayout checks it.
 type rank struct {

@@ -89,8 +89,8 @@ func (s *timeStats) slope() float64 {
 	return b
 }
 
-// rankTiming is what the learner keeps per rank.
-// (pending and spt first: every Route reads them for every rank, rank.)
+// rankTiming is what the learner keeps per rank. pending and spt come first:
+// a Route reads them for every rank (rank's layout).
 type rankTiming struct {
 	pending   int64   // requests routed to it and not yet prefill-done
 	spt       sptMemo // its last seconds per token (timeCoster)
