@@ -11,7 +11,8 @@ import (
 // scratch is per-call working memory, pooled so the hot path allocates little.
 type scratch struct {
 	hashes  []uint64
-	chain   []uint64
+	chain   []uint64 // s.hashes' overlay keys, once chained (prefixKeys)
+	chained bool
 	mmItems []normalize.MMItem
 	hasher  normalize.PromptHasher
 	matches []radix.Score
@@ -99,12 +100,22 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 			}
 		}
 	}
-	s.chain = s.chain[:0] // (the pooled scratch holds the last prompt's)
-	if len(s.hashes) > 0 {
-		s.chain = radix.PrefixKeys(s.hashes, s.chain)
-		r.overlay.extend(s.chain, ranks, s.radixM, s.depth, r.cfg.now(), r.cfg.DisablePrediction)
+	s.chained = false // (the pooled scratch holds the last prompt's chain)
+	if len(s.hashes) > 0 && !r.overlay.empty() {
+		r.overlay.extend(s.prefixKeys(), ranks, s.radixM, s.depth, r.cfg.now(), r.cfg.DisablePrediction)
 	}
 	return ranks, nil
+}
+
+// prefixKeys returns the overlay's keys of s.hashes (radix.PrefixKeys),
+// computed on first use after evaluate: a Route needs them only when the
+// overlay holds predictions or it predicts, and they cost a hash per block.
+func (s *scratch) prefixKeys() []uint64 {
+	if !s.chained {
+		s.chain = radix.PrefixKeys(s.hashes, s.chain[:0])
+		s.chained = true
+	}
+	return s.chain
 }
 
 // costCandidates keeps the ranks evaluate filled in s that are under the busy

@@ -22,6 +22,11 @@ type loadTable struct {
 	// the model's list (a model without any is absent), kept as it changes
 	// so a Route does not sum it over every rank (pending.go).
 	pending map[string]int64
+	// gen is the learner's generation: it changes whenever a learned
+	// estimate may have (a sample, a fleet created or dropped, a fleet's
+	// rank count), so values computed from the estimates at one generation
+	// can be kept until the next (sptMemo). It starts at 1; 0 means none.
+	gen uint64
 }
 
 type request struct {
@@ -110,7 +115,7 @@ func (r *Router) ActiveRequests() int {
 // Route; its learner starts from priorTokensPerSecond.
 func newLoadTable(max int, ttl time.Duration, priorTokensPerSecond float64) *loadTable {
 	return &loadTable{requests: make(map[string]*request), max: max, ttl: ttl,
-		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond, pending: make(map[string]int64)}
+		fleets: make(map[string]*fleetTiming), priorSPT: 1 / priorTokensPerSecond, pending: make(map[string]int64), gen: 1}
 }
 
 // checkRoom reports whether one more request fits.
@@ -242,6 +247,7 @@ func (t *loadTable) dropWorker(wk *worker, lastOfModel bool) {
 	defer t.mu.Unlock()
 	if lastOfModel {
 		delete(t.fleets, wk.Model)
+		t.gen++
 	}
 	for _, q := range t.requests {
 		if q.rank.worker == wk {

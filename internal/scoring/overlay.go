@@ -285,6 +285,14 @@ func (o *overlay) extend(chain []uint64, ranks []*rank, radixM, depth []uint32, 
 	}
 }
 
+// empty reports whether the overlay holds no prediction (extend would
+// change nothing).
+func (o *overlay) empty() bool {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return len(o.keys) == 0
+}
+
 // rankOf maps a slot to its rank when that rank is in ranks.
 func (o *overlay) rankOf(slot int32, ranks []*rank) *rank {
 	st := o.slots[slot]

@@ -73,9 +73,15 @@ func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
 	f := r.load.fleetOf(ranks[0].worker.Model)
 	*c = timeCoster{f: f, e: ratesOf(f, r.load.priorSPT), bs: float64(r.cfg.BlockSize), now: now}
 	c.queue1 = 1 + c.e.queue
+	// The rates were read at this generation (with or without a fleet: which
+	// models have one changes the generation too).
+	c.e.gen = r.load.gen
 	if f != nil {
 		pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
-		f.ranks = len(ranks)
+		if f.ranks != len(ranks) {
+			f.ranks = len(ranks)
+			r.load.gen++ // (the next Route's rates decay by the new count)
+		}
 		f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
 		c.capacity = f.capacity
 	}
@@ -83,7 +89,12 @@ func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
 
 // cost is rk's cost, rk being rank j of the model's list with terms t.
 func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) float64 {
-	spt := c.e.secondsPerToken(&rk.timing, t.decode)
+	// rk's seconds per token, from its memo when that is for this
+	// generation and decode load (the check written here, inlined).
+	spt := rk.timing.spt.value
+	if m := &rk.timing.spt; m.gen != c.e.gen || m.decode != t.decode {
+		spt = c.e.rememberSecondsPerToken(&rk.timing, t.decode)
+	}
 	occupancy := 0.0
 	if c.e.reuse > 0 {
 		cached := s.cached[j] // (Match's report, for a rank it scored)

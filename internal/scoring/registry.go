@@ -28,23 +28,31 @@ type worker struct {
 
 // rank is one data-parallel rank of a worker: the unit that is scored,
 // chosen, loaded and predicted.
+//
+// A Route reads every rank of its model (evaluate, costCandidates), so what
+// it reads for a rank that matched nothing and has no pending prefill comes
+// first and fits in the rank's first 64 bytes, one cache line (a rank is in
+// the 256-byte size class, whose objects are 256-aligned): idx, the load the
+// cost and the guard read, and the start of timing (pending and the seconds
+// per token memo). TestRankLayout checks it.
 type rank struct {
+	idx int // position in its model's rank list; guarded by Router.mu
+
+	// Guarded by loadTable.mu.
+	prefillBlocks int64
+	decodeBlocks  int64
+	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
+	timing        rankTiming
+	prefillTokens int64
+	active        int64
+	unlisted      bool // off its model's list (RemoveWorker): not in loadTable.pending
+
 	key         kv.WorkerRank
 	worker      *worker
 	slot        int32 // overlay slot
-	idx         int   // position in its model's rank list; guarded by Router.mu
 	approximate bool
 	// handle is the rank's index entry, once seen (indexCached).
 	handle atomic.Pointer[radix.Handle]
-
-	// Guarded by loadTable.mu.
-	unlisted      bool // off its model's list (RemoveWorker): not in loadTable.pending
-	prefillBlocks int64
-	prefillTokens int64
-	decodeBlocks  int64
-	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
-	active        int64
-	timing        rankTiming
 }
 
 // indexCached is the index's size of rk (radix.Index.Cached) through the

@@ -3,6 +3,7 @@ package scoring
 import (
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
@@ -47,5 +48,31 @@ func TestSlotCacheFollowsReRegistration(t *testing.T) {
 	res, err = f.r.Score(&Prompt{Model: "m2", Tokens: toks})
 	if err != nil || res.Scores[0].WorkerID != "a" || res.Scores[0].Matched != 4 {
 		t.Fatalf("model m2 = %+v, %v; want a with 4", res, err)
+	}
+}
+
+// TestRankLayout checks rank's layout for costCandidates: what a Route reads
+// for every rank (rank's comment) lies in its first cache line, and the rank
+// is in the 256-byte size class (aligned to 256, so that line is one line).
+func TestRankLayout(t *testing.T) {
+	var rk rank
+	hot := []struct {
+		name      string
+		off, size uintptr
+	}{
+		{"idx", unsafe.Offsetof(rk.idx), unsafe.Sizeof(rk.idx)},
+		{"prefillBlocks", unsafe.Offsetof(rk.prefillBlocks), unsafe.Sizeof(rk.prefillBlocks)},
+		{"decodeBlocks", unsafe.Offsetof(rk.decodeBlocks), unsafe.Sizeof(rk.decodeBlocks)},
+		{"routed", unsafe.Offsetof(rk.routed), unsafe.Sizeof(rk.routed)},
+		{"timing.pending", unsafe.Offsetof(rk.timing) + unsafe.Offsetof(rk.timing.pending), unsafe.Sizeof(rk.timing.pending)},
+		{"timing.spt", unsafe.Offsetof(rk.timing) + unsafe.Offsetof(rk.timing.spt), unsafe.Sizeof(rk.timing.spt)},
+	}
+	for _, f := range hot {
+		if f.off+f.size > 64 {
+			t.Errorf("rank.%s ends at byte %d, past the first 64", f.name, f.off+f.size)
+		}
+	}
+	if n := unsafe.Sizeof(rk); n <= 240 || n > 256 {
+		t.Errorf("rank is %d bytes, want 241..256 (the 256-byte size class)", n)
 	}
 }

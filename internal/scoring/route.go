@@ -109,11 +109,13 @@ func (r *Router) predictChosen(s *scratch, chosen *rank, matched uint32, now tim
 	uncached := uint32(len(s.hashes)) - matched
 	var keys []uint64
 	switch {
-	case chosen.approximate && len(s.chain) > 0:
+	case chosen.approximate && len(s.hashes) > 0:
 		// LRU: the prompt's blocks the rank already holds are refreshed too.
-		keys = s.chain[:min(len(s.chain), r.cfg.PredictionMaxBlocks)]
+		chain := s.prefixKeys()
+		keys = chain[:min(len(chain), r.cfg.PredictionMaxBlocks)]
 	case uncached > 0 && !r.cfg.DisablePrediction && !chosen.approximate:
-		keys = s.chain[matched:min(len(s.chain), int(matched)+r.cfg.PredictionMaxBlocks)]
+		chain := s.prefixKeys()
+		keys = chain[matched:min(len(chain), int(matched)+r.cfg.PredictionMaxBlocks)]
 	}
 	if len(keys) > 0 {
 		r.overlay.predict(chosen, keys, now)

@@ -89,13 +89,30 @@ func (s *timeStats) slope() float64 {
 	return b
 }
 
-// rankTiming is what the learner keeps per rank.
+// rankTiming is what the learner keeps per rank. pending and spt come first:
+// a Route reads them for every rank (rank's layout).
 type rankTiming struct {
+	pending   int64   // requests routed to it and not yet prefill-done
+	spt       sptMemo // its last seconds per token (timeCoster)
+	seq       uint64  // the fleet's sample count when stats was last decayed
 	stats     timeStats
 	lastDone  time.Time // the rank's last MarkPrefillDone
 	busySince time.Time // when its oldest pending prefill started, while pending > 0
-	pending   int64     // requests routed to it and not yet prefill-done
-	seq       uint64    // the fleet's sample count when stats was last decayed
+}
+
+// sptMemo is a rank's last secondsPerToken, with what it was computed from:
+// the learner's generation (loadTable.gen) and the rank's decode load.
+// secondsPerToken is a pure function of the rank's and its fleet's learned
+// state, which change only with a new generation, and of the decode load,
+// so a remembered value is the one it would return, bit for bit. A Route
+// costs every rank of its model, and the division and the decay lookup per
+// rank were its largest part; while no sample arrives (Routes without
+// MarkPrefillDone, or between marks) the ranks whose decode load did not
+// change cost one comparison.
+type sptMemo struct {
+	gen    uint64 // 0: none
+	decode float64
+	value  float64
 }
 
 // fleetTiming is what the learner keeps per model.
@@ -159,6 +176,7 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 	if busy < 0 || q.prefillTokens <= 0 {
 		return
 	}
+	t.gen++ // (the stats below change)
 	x := float64(q.decodeAtRoute)
 	f := t.fleetOf(q.rank.worker.Model)
 	// One sample moves the estimate by at most outlierFactor: a stall (a
@@ -189,6 +207,7 @@ func (t *loadTable) fleetOf(model string) *fleetTiming {
 		}
 		f = &fleetTiming{}
 		t.fleets[model] = f
+		t.gen++
 	}
 	return f
 }
@@ -203,6 +222,7 @@ type rates struct {
 	seq       uint64  // the fleet's samples so far
 	ranks     int
 	decay     *decayMemo // rankDecay for ranks (nil: computed each time)
+	gen       uint64     // the learner's generation it was read at (timeCoster sets it; sptMemo)
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
@@ -237,6 +257,17 @@ func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 		a = (k*s.wy + e.pseudo*e.intercept) / (k*s.w + e.pseudo)
 	}
 	return a + e.slope*decode
+}
+
+// rememberSecondsPerToken is secondsPerToken, remembered in rt's memo for
+// e's generation (which must be the one e was read at, never 0: a memo never
+// written holds generation 0). timeCoster.cost calls it when the memo is
+// not for e.gen and decode. The caller holds loadTable.mu (it writes the
+// memo).
+func (e *rates) rememberSecondsPerToken(rt *rankTiming, decode float64) float64 {
+	v := e.secondsPerToken(rt, decode)
+	rt.spt = sptMemo{gen: e.gen, decode: decode, value: v}
+	return v
 }
 
 // waitSeconds is how long a request routed to rk now waits for the prefills

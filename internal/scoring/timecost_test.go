@@ -300,3 +300,75 @@ func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
 		t.Fatalf("after 400 timings of b: a %.0f tokens/s, b %.0f; want b near 2,000 and a back near b", ra, rb)
 	}
 }
+
+// TestSecondsPerTokenMemo checks timeCoster's memo against secondsPerToken
+// itself: after each step (a Route, a sample, a decode load change, a new
+// rank count) a rank's memo that a Route would use (its generation and
+// decode load the current ones) holds the value secondsPerToken returns
+// then, a Route that changed nothing leaves every rank's memo current, and
+// a sample changes the values.
+func TestSecondsPerTokenMemo(t *testing.T) {
+	// (No predictions: q1 then has uncached tokens to learn from.)
+	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction = PolicyTime, true })
+	f.addWorker("a", "m", 2)
+	p := &Prompt{Model: "m", Tokens: tokens(1, 64)}
+	check := func(step string, wantCurrent bool) []float64 {
+		t.Helper()
+		f.r.mu.RLock()
+		defer f.r.mu.RUnlock()
+		f.r.load.mu.Lock()
+		defer f.r.load.mu.Unlock()
+		e := ratesOf(f.r.load.fleets["m"], f.r.load.priorSPT)
+		var out []float64
+		for _, rk := range f.r.models["m"] {
+			decode := float64(rk.decodeBlocks)
+			want := e.secondsPerToken(&rk.timing, decode)
+			m := rk.timing.spt
+			current := m.gen == f.r.load.gen && m.decode == decode
+			switch {
+			case current && math.Float64bits(m.value) != math.Float64bits(want):
+				t.Fatalf("%s: rank %d: memo %v (generation %d), secondsPerToken %v", step, rk.key.DPRank, m.value, m.gen, want)
+			case wantCurrent && !current:
+				t.Fatalf("%s: rank %d: memo of generation %d decode %v, not the current %d %v", step, rk.key.DPRank, m.gen, m.decode, f.r.load.gen, decode)
+			}
+			out = append(out, want)
+		}
+		return out
+	}
+	route := func(id string) {
+		t.Helper()
+		if _, err := f.r.Route(p, id, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	route("")
+	check("after the first Route", false)
+	route("")
+	before := check("after a Route that changed nothing", true)
+	route("q1")
+	check("after a Route with a request", false)
+	f.clock.advance(50 * time.Millisecond)
+	if err := f.r.MarkPrefillDone("q1"); err != nil {
+		t.Fatal(err)
+	}
+	after := check("after a sample", false)
+	if fmt.Sprint(before) == fmt.Sprint(after) {
+		t.Fatalf("a sample of 50ms for 64 tokens left every rank's seconds per token at %v", after)
+	}
+	route("")
+	check("after a Route past the sample", true)
+	// A second sample: a rank with samples now decays by a distance of
+	// at least 1, so its value depends on the fleet's rank count.
+	route("q2")
+	f.clock.advance(30 * time.Millisecond)
+	if err := f.r.MarkPrefillDone("q2"); err != nil {
+		t.Fatal(err)
+	}
+	route("")
+	check("after a Route past the second sample", true)
+	f.addWorker("b", "m", 1)
+	route("")
+	check("after a new rank", false)
+	route("")
+	check("after a Route past the new rank", true)
+}
