@@ -243,7 +243,7 @@ func bindFlags(fs *flag.FlagSet, c *Config, configPath *string) {
 	fs.StringVar(&c.Policy, "policy", c.Policy, "cost function: time (expected time to first token plus the prefill the choice costs later requests, learned online) or blocks (prefill-weight x prefill blocks + decode blocks)")
 	fs.Float64Var(&c.PrefillTokensPerSecond, "prefill-tokens-per-second", c.PrefillTokensPerSecond, "policy time: prior prefill throughput of a rank, until MarkPrefillDone timings replace it")
 	fs.Float64Var(&c.PrefillWeight, "prefill-weight", c.PrefillWeight, "policy blocks: weight of prefill blocks in the cost")
-	fs.Float64Var(&c.BalanceFactor, "balance-factor", c.BalanceFactor, "bounded load: route only to workers whose recent routed context (prompt blocks routed to them, cached ones included, decayed over a window of routed requests) stays within this factor of the fleet's mean, plus the request (>= 1; 0: off)")
+	fs.Float64Var(&c.BalanceFactor, "balance-factor", c.BalanceFactor, "bounded load: route only to workers whose recent routed context (prompt blocks routed to them, cached ones included, decayed over a window of routed requests) stays within this factor of the fleet's mean, plus the request; halfway to it for a worker holding none of the prompt (>= 1; 0: off)")
 	fs.Var(&c.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
 	fs.Int64Var(&c.MaxActivePrefillTokens, "max-active-prefill-tokens", c.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
 	fs.Int64Var(&c.MaxActiveDecodeBlocks, "max-active-decode-blocks", c.MaxActiveDecodeBlocks, "exclude a worker at this many active decode blocks (0: off)")

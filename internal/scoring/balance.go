@@ -5,7 +5,7 @@ import "math"
 // The bounded-load guard, after consistent hashing with bounded loads
 // (Mirrokni, Thorup and Zadimoghaddam): a Route's candidates are only the
 // ranks whose load stays within BalanceFactor times the model's mean once
-// this request is counted.
+// this request is counted, less for a rank that holds little of the prompt.
 //
 // The load is a rank's recent routed context: the prompt blocks of the
 // requests routed to it, cached or not, each weighted exp(-k / N) where k
@@ -30,19 +30,32 @@ import "math"
 // lasting piles; a shorter window makes it act on noise (and move sessions
 // off their caches for nothing), a longer one lets a pile last longer.
 //
-// Candidate j (load L_j, prompt x blocks, model total T over n ranks) is
-// admissible when
+// The bound on a candidate grows with the share of the prompt it holds,
+// because that share is what the request loses if the guard sends it
+// elsewhere: its next rank prefills it again. Candidate j (load L_j, prompt
+// x blocks of which d_j are cached there, model total T over n ranks, mean
+// M = (T + x) / n) is admissible when
 //
-//	L_j + x <= c (T + x) / n + x,   i.e.   L_j <= c (T + x) / n
+//	L_j <= (1 + (c - 1) (1 + d_j / x) / 2) M
 //
-// The slack of one request (the "+ x") makes the least-loaded rank always
-// admissible (L_min <= T/n <= c (T+x)/n for c >= 1), so the guard only
-// narrows the choice, and the cost (temperature sampling included) decides
-// among the admissible ranks; the Decision still lists every candidate
-// under the busy thresholds with its cost terms. It falls back to the
-// least-loaded candidate only when busy thresholds took out every
-// admissible rank. The bound: a rank ends every Route at most c x the mean
-// plus that one request, over the window.
+// A rank holding the whole prompt is admissible up to c M, the noise band
+// of two standard deviations the window is set for; one holding none of it
+// up to (1 + c) / 2 x M, one standard deviation. So a request with nothing
+// to lose (a new session, a prompt cached nowhere) keeps off a rank that
+// is filling, before the rank reaches c M and the guard has to move the
+// sessions it holds off their caches; under c M the cost decides as ever.
+// With the bound's slack of one request (the mean counts x), the
+// least-loaded rank is always admissible (L_min <= T/n <= (1 + c)/2 x M for
+// c >= 1), so the guard only narrows the choice, and the cost (temperature
+// sampling included) decides among the admissible ranks; the Decision
+// still lists every candidate under the busy thresholds with its cost
+// terms. It falls back to the candidate least over its bound only when busy
+// thresholds took out every admissible rank. The bound: a rank ends every
+// Route at most c x the mean plus that one request, over the window.
+//
+// In the pass over the ranks, the test is L_j / (1 + g d_j) <= (1 + c)/2 x M
+// with g = (c - 1) / ((1 + c) x) (cachedRelief): one compare for a rank
+// that matched nothing, a division more for one that matched.
 //
 // The decay is forward decay (Cormode et al.): a rank keeps its load in
 // units of the model's scale S, which grows by exp(1 / N) per routed
@@ -110,17 +123,26 @@ func (t *loadTable) unlistedBalance(rk *rank) {
 }
 
 // bound is the largest load admissible for a prompt of x blocks over n
-// ranks (+Inf with the guard off). The caller holds r.load.mu.
+// ranks on a rank that holds none of it, (1 + c) / 2 x the mean (+Inf with
+// the guard off). The caller holds r.load.mu.
 func (r *Router) bound(b *balanceState, n int, x float64) float64 {
 	if r.cfg.DisableBalance || b == nil {
 		return math.Inf(1)
 	}
-	return r.cfg.BalanceFactor * (b.total + x*b.scale) / float64(n)
+	return (1 + r.cfg.BalanceFactor) / 2 * (b.total + x*b.scale) / float64(n)
+}
+
+// cachedRelief is g for a prompt of x blocks: a rank holding d of them is
+// admissible while its load / (1 + g d) is within bound.
+func (r *Router) cachedRelief(x float64) float64 {
+	c := r.cfg.BalanceFactor
+	return (c - 1) / ((1 + c) * max(x, 1))
 }
 
 // admit sets s.bound, the largest load choose takes a candidate at: bound,
 // or when every candidate is over it (only when busy thresholds excluded
-// every admissible rank) the least candidate load. costCandidates calls it
+// every admissible rank) the least candidate load (s.loads are relieved by
+// the cached prefix, so that is the candidate least over its own bound). costCandidates calls it
 // only when some candidate is over bound; otherwise s.bound is +Inf and
 // choose does not look at loads.
 func (s *scratch) admit(bound float64) {

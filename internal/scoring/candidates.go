@@ -24,7 +24,7 @@ type scratch struct {
 	terms   []costTerms
 	cands   []int
 	top     []int
-	loads   []float64 // per candidate: its rank's guard load (balance.go)
+	loads   []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
 	bound   float64   // the largest load admitted (+Inf: every candidate)
 	missed  []slotRank
 }
@@ -141,6 +141,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	now := r.cfg.now()
 	r.load.mu.Lock()
 	bound := r.bound(r.balanceOf(ranks), n, promptBlocks) // (balance.go)
+	perCached := r.cachedRelief(promptBlocks)
 	over := false
 	for j, rk := range ranks {
 		if r.busy(rk) {
@@ -157,8 +158,12 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
-		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, rk.routed
-		over = over || rk.routed > bound
+		load := rk.routed
+		if depth[j] > 0 { // (balance.go: a rank's bound grows with the prompt it holds)
+			load /= 1 + perCached*float64(depth[j])
+		}
+		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
+		over = over || load > bound
 		k++
 	}
 	if timed && k > 0 {

@@ -45,9 +45,10 @@ type Config struct {
 	// candidates are the ranks whose recent routed context (prompt blocks of
 	// the requests routed to them, cached ones included, decayed over a
 	// window of routed requests) is at most c x the model's mean with the
-	// request counted, so no rank ends a Route above c x the mean plus that
-	// one request. Must be >= 1 (1: strict balance, the cost chooses only
-	// among ranks at or below the mean). The default, 1.3, is the operator's
+	// request counted on a rank holding the whole prompt, (1 + c) / 2 x on
+	// one holding none of it, so no rank ends a Route above c x the mean
+	// plus that one request. Must be >= 1 (1: strict balance, the cost
+	// chooses only among ranks at or below the mean). The default, 1.3, is the operator's
 	// headroom: a rank takes at most 30% over its share of the fleet's
 	// context (plus one request).
 	BalanceFactor float64

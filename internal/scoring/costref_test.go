@@ -92,7 +92,7 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 		t.Fatal(err)
 	}
 	r.load.mu.Lock()
-	admitted := referenceAdmit(r, ranks, float64(len(fresh.hashes)), cands)
+	admitted := referenceAdmit(r, ranks, float64(len(fresh.hashes)), fresh.depth, cands)
 	r.load.mu.Unlock()
 	r.costCandidates(ranks, reused)
 	var adm []int
@@ -159,8 +159,8 @@ func referenceCredit(r *Router, byTier [kv.NumTiers]uint32, predicted uint32) fl
 // referenceAdmit is the bounded-load guard written plainly (each rank's
 // decayed load as the Route left it; balance_test.go checks the decay): the
 // admitted candidates, indices into cands, all of them when nothing is
-// excluded.
-func referenceAdmit(r *Router, ranks []*rank, x float64, cands []int) []int {
+// excluded. depth is each rank's cached prefix of the x-block prompt.
+func referenceAdmit(r *Router, ranks []*rank, x float64, depth []uint32, cands []int) []int {
 	all := make([]int, len(cands))
 	for i := range all {
 		all[i] = i
@@ -173,16 +173,20 @@ func referenceAdmit(r *Router, ranks []*rank, x float64, cands []int) []int {
 	for _, rk := range ranks {
 		total += rk.routed
 	}
-	bound := r.cfg.BalanceFactor * (total + x*max(f.balance.scale, 1)) / float64(len(ranks))
+	c := r.cfg.BalanceFactor
+	mean := (total + x*max(f.balance.scale, 1)) / float64(len(ranks))
+	over := func(j int) float64 { // a rank's load over its bound
+		held := float64(depth[j]) / max(x, 1)
+		return ranks[j].routed / ((1 + (c-1)*(1+held)/2) * mean)
+	}
 	least := math.Inf(1)
 	for _, j := range cands {
-		least = min(least, ranks[j].routed)
+		least = min(least, over(j))
 	}
 	var kept []int
 	for pass := 0; pass < 2 && len(kept) == 0; pass++ {
 		for i, j := range cands {
-			l := ranks[j].routed
-			if (pass == 0 && l <= bound) || (pass == 1 && l == least) {
+			if (pass == 0 && over(j) <= 1) || (pass == 1 && over(j) == least) {
 				kept = append(kept, i)
 			}
 		}
