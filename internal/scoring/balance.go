@@ -155,6 +155,19 @@ func (s *scratch) admit(bound float64) {
 	s.bound = max(bound, least)
 }
 
+// diversion reports in dec whether the guard excluded the cheapest
+// candidate, and what that cost the request picked: the blocks of the
+// prompt the cheapest holds beyond the pick's.
+func (s *scratch) diversion(dec *Decision, pick int) {
+	if math.IsInf(s.bound, 1) || s.loads[s.lowest] <= s.bound {
+		return
+	}
+	dec.Diverted = true
+	if lo, got := s.depth[s.cands[s.lowest]], s.depth[s.cands[pick]]; lo > got {
+		dec.DivertedBlocks = lo - got
+	}
+}
+
 // chooseAdmitted picks a candidate (an index into s.cands) among those admit
 // admitted.
 func (r *Router) chooseAdmitted(s *scratch, temperature float64) int {

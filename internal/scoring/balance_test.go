@@ -64,6 +64,7 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 			var history []routed
 			sent := map[string]float64{}
 			var active []string
+			diverted := 0
 			for i := range n {
 				x := 1 + rng.IntN(255)
 				before, total := guardLoads(f.r, "m")
@@ -73,6 +74,14 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 					t.Fatal(err)
 				}
 				sent[dec.WorkerID] += float64(x)
+				if dec.Diverted {
+					// Only the guard diverts, only from w0 (the cheapest: it
+					// holds the prompt), and it costs the whole prompt.
+					if c == 0 || dec.WorkerID == "w0" || dec.DivertedBlocks != uint32(x) {
+						t.Fatalf("Route %d: diverted to %s losing %d blocks of %d (c=%v)", i, dec.WorkerID, dec.DivertedBlocks, x, c)
+					}
+					diverted++
+				}
 				history = append(history, routed{dec.WorkerID, float64(x)})
 				if c > 0 {
 					// w0 holds the whole prompt, the others none of it.
@@ -118,6 +127,8 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 				t.Fatalf("without the guard w0 took %.0f of %.0f blocks, want all", sent["w0"], mean*ranks)
 			case c > 0 && sent["w0"] > 2*c*mean:
 				t.Fatalf("with the guard w0 took %.0f blocks, over 2c x the mean %.0f", sent["w0"], mean)
+			case c > 0 && diverted == 0:
+				t.Fatalf("with the guard no Route was reported diverted, though w0 took %.0f of %.0f blocks", sent["w0"], mean*ranks)
 			}
 		})
 	}

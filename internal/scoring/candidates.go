@@ -26,6 +26,7 @@ type scratch struct {
 	top     []int
 	loads   []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
 	bound   float64   // the largest load admitted (+Inf: every candidate)
+	lowest  int       // the cheapest candidate, admitted or not (the first at the lowest cost)
 	missed  []slotRank
 }
 
@@ -135,7 +136,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	// The slices in locals: the loop's stores then need no reload of s.
 	cands, costs, terms, loads := resize(s.cands, n), resize(s.costs, n), resize(s.terms, n), resize(s.loads, n)
 	depth, radixM, byTier := s.depth[:n], s.radixM[:n], s.byTier[:n]
-	k := 0
+	k, lowest := 0, 0
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
 	now := r.cfg.now()
@@ -164,12 +165,15 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		}
 		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
 		over = over || load > bound
+		if t.cost < costs[lowest] {
+			lowest = k
+		}
 		k++
 	}
 	if timed && k > 0 {
 		tc.end()
 	}
-	s.cands, s.costs, s.terms, s.loads = cands[:k], costs[:k], terms[:k], loads[:k]
+	s.cands, s.costs, s.terms, s.loads, s.lowest = cands[:k], costs[:k], terms[:k], loads[:k], lowest
 	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)

@@ -10,6 +10,12 @@ type Decision struct {
 	Matched      uint32
 	PromptBlocks uint32
 	Cost         float64
+	// Diverted is set when the bounded-load guard excluded the cheapest
+	// candidate (balance.go), and DivertedBlocks is how many more blocks of
+	// the prompt that candidate holds than the chosen one: the prefill the
+	// balance cost this request.
+	Diverted       bool
+	DivertedBlocks uint32
 	// Candidates has the candidates' cost terms, the chosen one first when
 	// Route was given a limit.
 	Candidates []Candidate

@@ -75,6 +75,7 @@ func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID str
 	}
 	pick := r.chooseAdmitted(s, temperature)
 	fillDecision(dec, ranks, s, pick, maxCandidates)
+	s.diversion(dec, pick)
 	chosen := ranks[s.cands[pick]]
 	pb, pt, db := r.loadOf(p, s, dec.Matched)
 	if requestID != "" {

@@ -24,6 +24,9 @@ type metrics struct {
 	// The Route methods' latency series, looked up once: a label lookup
 	// hashes the method name on every call.
 	routeLatency, streamLatency prometheus.Observer
+
+	// The bounded-load guard's diversions and the prefill they cost.
+	diverted, divertedBlocks prometheus.Counter
 }
 
 // newMetrics registers the RPC metrics with reg (nil: registers nothing).
@@ -51,6 +54,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help:    "Matched blocks / prompt blocks of the chosen worker: the router's view of its hit rate.",
 			Buckets: prometheus.LinearBuckets(0, 0.1, 11),
 		}),
+		diverted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_route_balance_diverted_total",
+			Help: "Routes the bounded-load guard (--balance-factor) sent away from the cheapest worker, which was over its bound.",
+		}),
+		divertedBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_route_balance_diverted_blocks_total",
+			Help: "Prompt blocks the cheapest worker held beyond the chosen one's in Routes the guard diverted: prefill spent for balance.",
+		}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_registered_workers",
 			Help: "Registered workers.",
@@ -69,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		m.rejected.WithLabelValues(reason) // reported at 0 from the start
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.latency, m.errors, m.rejected, m.decisions, m.hitRatio, m.workers, m.active} {
+		for _, c := range []prometheus.Collector{m.latency, m.errors, m.rejected, m.decisions, m.hitRatio, m.diverted, m.divertedBlocks, m.workers, m.active} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -106,6 +117,10 @@ func (m *metrics) decision(d *scoring.Decision) {
 	m.decisions.WithLabelValues(d.WorkerID).Inc()
 	if d.PromptBlocks > 0 {
 		m.hitRatio.Observe(float64(d.Matched) / float64(d.PromptBlocks))
+	}
+	if d.Diverted {
+		m.diverted.Inc()
+		m.divertedBlocks.Add(float64(d.DivertedBlocks))
 	}
 }
 
