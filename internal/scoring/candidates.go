@@ -136,7 +136,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	// The slices in locals: the loop's stores then need no reload of s.
 	cands, costs, terms, loads := resize(s.cands, n), resize(s.costs, n), resize(s.terms, n), resize(s.loads, n)
 	depth, radixM, byTier := s.depth[:n], s.radixM[:n], s.byTier[:n]
-	k, lowest := 0, 0
+	k, lowest, lowCost := 0, 0, math.Inf(1)
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
 	now := r.cfg.now()
@@ -165,8 +165,8 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		}
 		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
 		over = over || load > bound
-		if t.cost < costs[lowest] {
-			lowest = k
+		if t.cost < lowCost {
+			lowest, lowCost = k, t.cost
 		}
 		k++
 	}
