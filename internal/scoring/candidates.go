@@ -102,9 +102,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		}
 	}
 	s.chained = false // (the pooled scratch holds the last prompt's chain)
-	if len(s.hashes) > 0 && !r.overlay.empty() {
-		r.overlay.extend(s.prefixKeys(), ranks, s.radixM, s.depth, r.cfg.now(), r.cfg.DisablePrediction)
-	}
+	r.overlay.extend(s, ranks, r.cfg.now(), r.cfg.DisablePrediction)
 	return ranks, nil
 }
 

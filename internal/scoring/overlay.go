@@ -233,18 +233,21 @@ func (o *overlay) predictChunk(rk *rank, chain []uint64, now time.Time) bool {
 	return true
 }
 
-// extend raises depth[j] (each rank's leading matched blocks from the index,
-// radixM[j]) with the rank's unexpired, unconfirmed predictions: a rank at
-// depth i that holds key i moves to i+1. A prediction of a block the rank's
-// index holds is marked confirmed and stops counting, so a later eviction by
-// the engine is not hidden by it. With eventsOff, only ranks without events
-// use predictions. The caller holds the Router's read lock (rank.idx is stable).
-func (o *overlay) extend(chain []uint64, ranks []*rank, radixM, depth []uint32, now time.Time, eventsOff bool) {
+// extend raises s.depth[j] (each rank's leading matched blocks from the
+// index, s.radixM[j]) with the rank's unexpired, unconfirmed predictions: a
+// rank at depth i that holds key i moves to i+1. A prediction of a block the
+// rank's index holds is marked confirmed and stops counting, so a later
+// eviction by the engine is not hidden by it. With eventsOff, only ranks
+// without events use predictions. The prompt's keys (s.prefixKeys) are
+// chained only when the overlay holds a prediction. The caller holds the
+// Router's read lock (rank.idx is stable).
+func (o *overlay) extend(s *scratch, ranks []*rank, now time.Time, eventsOff bool) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	if len(o.keys) == 0 {
+	if len(o.keys) == 0 || len(s.hashes) == 0 {
 		return
 	}
+	chain, radixM, depth := s.prefixKeys(), s.radixM, s.depth
 	nowNs := now.UnixNano()
 	var deepest uint32
 	for _, d := range depth {
@@ -283,14 +286,6 @@ func (o *overlay) extend(chain []uint64, ranks []*rank, radixM, depth []uint32, 
 			}
 		}
 	}
-}
-
-// empty reports whether the overlay holds no prediction (extend would
-// change nothing).
-func (o *overlay) empty() bool {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	return len(o.keys) == 0
 }
 
 // rankOf maps a slot to its rank when that rank is in ranks.
