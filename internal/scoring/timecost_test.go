@@ -3,8 +3,10 @@ package scoring
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -125,15 +127,13 @@ func describeDecision(dec *Decision) string {
 	return b.String()
 }
 
+// describeContext lists the guard loads of model m's workers (guardLoads),
+// by worker id.
 func describeContext(r *Router) string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
+	loads, _ := guardLoads(r, "m")
 	var b strings.Builder
-	bs := r.load.fleets["m"].balance
-	for _, rk := range r.models["m"] {
-		fmt.Fprintf(&b, "%s: %.4g blocks\n", rk.key.ID, rk.routed/max(bs.scale, 1))
+	for _, id := range slices.Sorted(maps.Keys(loads)) {
+		fmt.Fprintf(&b, "%s: %.4g blocks\n", id, loads[id])
 	}
 	return b.String()
 }
