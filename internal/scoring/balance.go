@@ -142,9 +142,9 @@ func (r *Router) cachedRelief(x float64) float64 {
 // admit sets s.bound, the largest load choose takes a candidate at: bound,
 // or when every candidate is over it (only when busy thresholds excluded
 // every admissible rank) the least candidate load (s.loads are relieved by
-// the cached prefix, so that is the candidate least over its own bound). costCandidates calls it
-// only when some candidate is over bound; otherwise s.bound is +Inf and
-// choose does not look at loads.
+// the cached prefix, so that is the candidate least over its own bound).
+// costCandidates calls it only when some candidate is over bound; otherwise
+// s.bound is +Inf and choose does not look at loads.
 func (s *scratch) admit(bound float64) {
 	least := math.Inf(1)
 	for _, l := range s.loads {

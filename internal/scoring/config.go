@@ -48,9 +48,9 @@ type Config struct {
 	// request counted on a rank holding the whole prompt, (1 + c) / 2 x on
 	// one holding none of it, so no rank ends a Route above c x the mean
 	// plus that one request. Must be >= 1 (1: strict balance, the cost
-	// chooses only among ranks at or below the mean). The default, 1.3, is the operator's
-	// headroom: a rank takes at most 30% over its share of the fleet's
-	// context (plus one request).
+	// chooses only among ranks at or below the mean). The default, 1.3, is
+	// the operator's headroom: a rank takes at most 30% over its share of
+	// the fleet's context (plus one request).
 	BalanceFactor float64
 	// DisableBalance turns the bounded-load guard off.
 	DisableBalance bool

@@ -210,9 +210,10 @@ const contBits = 0x8080808080808080 // the continuation bit of each byte of a wo
 // branch on its length; two varints are taken from one word when both end in
 // it, which halves the loop's dependency chain for typical token ids (1 to 3
 // bytes), and a pair of at most 3 bytes each (every id under 2^21, so any
-// vocabulary's) is gathered with fewer operations. It declines (false) a truncated varint or one over 5 bytes. The
-// result is in dst's memory when it has room (dst's contents are ignored),
-// else in a new slice of exactly the tokens' length.
+// vocabulary's) is gathered with fewer operations. It declines (false) a
+// truncated varint or one over 5 bytes. The result is in dst's memory when
+// it has room (dst's contents are ignored), else in a new slice of exactly
+// the tokens' length.
 //
 // A decoder reading a varint a byte at a time, with a branch per length, was
 // tried: twice as fast on one prompt decoded over and over (the branch

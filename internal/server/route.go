@@ -82,9 +82,9 @@ func (s *Server) Route(_ context.Context, req *kvrouterv1.RouteRequest) (*kvrout
 }
 
 // DefaultMaxCandidates is how many candidates a RouteResponse lists when the
-// request's max_candidates is 0: the chosen one and the next cheapest, enough
-// for a gateway's fallbacks and to see why a worker won. Every candidate of a
-// large fleet (a thousand on 1000 ranks) costs more to build, marshal and
+// request's max_candidates is 0: the chosen one and the seven next cheapest,
+// enough for a gateway's fallbacks and to see why a worker won. Every
+// candidate of a large fleet (a thousand on 1000 ranks) costs more to build, marshal and
 // send than the routing, so a client asks for them explicitly, with
 // max_candidates at or above the fleet's rank count. The limit applies in
 // the router, before the response is built.
