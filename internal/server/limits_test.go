@@ -129,12 +129,13 @@ func TestRegistryLimits(t *testing.T) {
 // bounds, and returns the entries.
 func listAll(t *testing.T, e *env, model string, pageSize uint32) ([]*kvrouterv1.WorkerStatus, int) {
 	t.Helper()
-	c := ctx(t)
 	var all []*kvrouterv1.WorkerStatus
 	pages := 0
 	req := &kvrouterv1.ListWorkersRequest{Model: model, PageSize: pageSize}
 	for {
+		c, cancel := callCtx()
 		resp, err := e.registry.ListWorkers(c, req)
+		cancel()
 		if err != nil {
 			t.Fatalf("page %d: %v", pages, err)
 		}
@@ -161,7 +162,6 @@ func listAll(t *testing.T, e *env, model string, pageSize uint32) ([]*kvrouterv1
 // once and in order; page_size and the model filter hold across pages.
 func TestListWorkersPages(t *testing.T) {
 	e := newEnv(t)
-	c := ctx(t)
 	const workers, dp = 1000, 16
 	pad := strings.Repeat("p", 300)
 	var full kvrouterv1.ListWorkersResponse
@@ -171,7 +171,10 @@ func TestListWorkersPages(t *testing.T) {
 			model = "odd"
 		}
 		w := &kvrouterv1.Worker{WorkerId: fmt.Sprintf("w%04d", i), Model: model, Endpoint: "http://" + pad + fmt.Sprintf(".example:%d", 8000+i), DpSize: dp}
-		if _, err := e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
+		c, cancel := callCtx()
+		_, err := e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w})
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		for r := range uint32(dp) {
@@ -213,6 +216,7 @@ func TestListWorkersPages(t *testing.T) {
 	got, _ = listAll(t, e, "", 100000) // over the most: taken as listPageSize
 	check(got, "")
 
+	c := ctx(t)
 	first, err := e.registry.ListWorkers(c, &kvrouterv1.ListWorkersRequest{Model: "odd", PageSize: 3})
 	if err != nil || len(first.Workers) != 3 || first.NextPageToken == "" {
 		t.Fatalf("first page: %v, %v", first, err)

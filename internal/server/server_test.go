@@ -84,6 +84,13 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// callCtx bounds one RPC of a test that makes thousands: a deadline
+// shared by all of them would bound the test's running time, which a
+// loaded machine stretches past it.
+func callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 20*time.Second)
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
