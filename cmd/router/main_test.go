@@ -158,9 +158,13 @@ func TestBinaryServesContract(t *testing.T) {
 	checkSIGTERMDrains(t, r)
 }
 
-// checkReflection checks reflection lists both services.
+// checkReflection checks reflection lists both services. The stream ends
+// with the check: left open, it would hold the SIGTERM drain that follows
+// for the whole --drain-timeout.
 func checkReflection(ctx context.Context, t *testing.T, cc *grpc.ClientConn) {
 	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -305,7 +305,11 @@ func TestBinaryTokens(t *testing.T) {
 	check("health without a token", err, codes.OK)
 
 	reflect := func(tok string) error {
-		stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(as(tok))
+		// The stream ends here: left open, it would hold the SIGTERM drain
+		// at the end for the whole --drain-timeout.
+		ctx, cancel := context.WithCancel(as(tok))
+		defer cancel()
+		stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
 		if err != nil {
 			return err
 		}
