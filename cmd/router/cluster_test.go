@@ -387,7 +387,10 @@ func TestClusterBootstrapExact(t *testing.T) {
 	start := time.Now()
 	c := startReplica(t, ns, "c")
 	serving := time.Since(start)
-	logs := c.logs()
+	// Both lines are written before the replica reports SERVING, but the
+	// test reads them from its stderr pipe on another goroutine, which may
+	// not have got that far yet.
+	logs := waitLogs(c, "index restored from the snapshot store", `"object":"snapshot-a-`, "snapshot object refused", badObj.Name)
 	if !strings.Contains(logs, "index restored from the snapshot store") || !strings.Contains(logs, `"object":"snapshot-a-`) {
 		t.Fatalf("the new replica did not restore A's snapshot from the store:\n%s", logs)
 	}

@@ -61,6 +61,27 @@ func (r *router) logs() string {
 	return r.stderrTail.String()
 }
 
+// waitLogs returns the router's log once it holds every one of wants, or
+// as it is after 20 s. A line the router wrote before an event the test saw
+// (health SERVING, say) reaches logs only when the goroutine reading its
+// stderr has read it.
+func waitLogs(r *router, wants ...string) string {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		logs := r.logs()
+		missing := false
+		for _, w := range wants {
+			if !strings.Contains(logs, w) {
+				missing = true
+			}
+		}
+		if !missing || time.Now().After(deadline) {
+			return logs
+		}
+		time.Sleep(2 * time.Millisecond) // polling the reader's progress
+	}
+}
+
 // startRouter starts the binary on free loopback ports (and a state dir of
 // the test's unless args name one), waits for its "kvrouter listening" log
 // line, which names the bound addresses, then for health SERVING.
