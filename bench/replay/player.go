@@ -74,8 +74,8 @@ type PlayConfig struct {
 	Router kvrouterv1.RouterClient
 	// IDPrefix prefixes request ids.
 	IDPrefix string
-	// Concurrency bounds the choices (Route calls) in flight (default 32).
-	// Choose must be safe for concurrent use.
+	// Concurrency bounds the choices (Route calls) in flight (default
+	// DefaultConcurrency). Choose must be safe for concurrent use.
 	Concurrency int
 	// OnProgress, if set, is called about every ProgressEvery with the counts so far.
 	OnProgress    func(Progress)
@@ -115,6 +115,9 @@ type job struct {
 	arrival time.Duration
 	routed  bool
 }
+
+// DefaultConcurrency is PlayConfig.Concurrency's default.
+const DefaultConcurrency = 32
 
 // Play replays the requests at their arrival times and waits until every
 // request has finished on its engine.
@@ -213,7 +216,7 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	}
 	conc := cfg.Concurrency
 	if conc <= 0 {
-		conc = 32
+		conc = DefaultConcurrency
 	}
 	sem := make(chan struct{}, conc)
 	order := make(chan *pending, conc)

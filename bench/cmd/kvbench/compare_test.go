@@ -78,8 +78,13 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 	if f.After.RoutesPerReplica[0] != 0 || f.After.RoutesPerReplica[1] == 0 {
 		t.Errorf("%s: Routes per replica after the kill %v, want none on the dead one", name, f.After.RoutesPerReplica)
 	}
-	if before := g.RoutesPerReplica[0] - f.After.RoutesPerReplica[0]; before < int64(requests/4) {
-		t.Errorf("%s: replica 0 answered %d Routes before the kill, want about %d", name, before, requests/4)
+	// Replica 0 answers its round-robin turns among the Routes before the
+	// kill, less those still being dispatched when it dies (a loaded
+	// machine puts the dispatcher behind, up to its concurrency): they are
+	// retried on replica 1.
+	share, late := int64(requests/4), int64(replay.DefaultConcurrency/2)
+	if before := g.RoutesPerReplica[0] - f.After.RoutesPerReplica[0]; before < share-late {
+		t.Errorf("%s: replica 0 answered %d Routes before the kill, want about %d (at least %d)", name, before, share, share-late)
 	}
 	if r.RouterCPUPerRoute <= 0 {
 		t.Errorf("%s: router CPU per Route %v", name, r.RouterCPUPerRoute)
