@@ -383,7 +383,7 @@ func attackMMItems(ctx context.Context, e *env) (string, error) {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			return e.rt.Conn.Invoke(cctx, kvrouterv1.Router_Score_FullMethodName, &req, &kvrouterv1.ScoreResponse{},
-				grpc.ForceCodec(rawCodec{}))
+				grpc.ForceCodec(replay.RawCodec{}))
 		})
 		out = append(out, fmt.Sprintf("%d items: %s in %v, %.2f s CPU", items, status.Code(err), lat.Round(time.Millisecond), cpu))
 		if items == 40000 && status.Code(err) != codes.InvalidArgument {
@@ -578,16 +578,3 @@ func attackRegFlood(ctx context.Context, e *env) (string, error) {
 	return fmt.Sprintf("%d RegisterWorker: %s; unregistered %d (%s); churn %d calls: %s",
 		cc.total(), &cc, len(registered), &uc, ch.total(), &ch), nil
 }
-
-// rawCodec sends a pre-marshalled request (a *[]byte) as it is and decodes
-// the answer as protobuf.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	if b, ok := v.(*[]byte); ok {
-		return *b, nil
-	}
-	return proto.Marshal(v.(proto.Message))
-}
-func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }

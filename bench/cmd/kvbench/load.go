@@ -121,18 +121,6 @@ func startLoadFleet(m, d, capacity int, format engine.Format) (*loadFleet, error
 	return f, nil
 }
 
-// rawCodec sends pre-marshaled requests and decodes responses as protobuf.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	if b, ok := v.(*[]byte); ok {
-		return *b, nil
-	}
-	return proto.Marshal(v.(proto.Message))
-}
-func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
-
 func runLoad(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kvbench load", flag.ContinueOnError)
 	var (
@@ -347,7 +335,7 @@ func runLoad(ctx context.Context, args []string) error {
 	cs := make([]*grpc.ClientConn, *conns)
 	for i := range cs {
 		if cs[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}))); err != nil {
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(replay.RawCodec{}))); err != nil {
 			return err
 		}
 		defer cs[i].Close()

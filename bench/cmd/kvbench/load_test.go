@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/replay"
 )
 
 // fakeRouter answers Route and RouteStream with a prompt's block count as
@@ -60,7 +61,7 @@ func TestRouteCaller(t *testing.T) {
 	go gs.Serve(lis)
 	defer gs.Stop()
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(replay.RawCodec{})))
 	if err != nil {
 		t.Fatal(err)
 	}
