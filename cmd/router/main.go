@@ -72,11 +72,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	scfg := server.Config{Logger: log, Registerer: reg, Store: store}
 	if cm != nil {
 		defer cm.close(log)
-		store = clusterRegistry{cm}
+		scfg.Store = clusterRegistry{cm}
+		if cfg.NATS.ShareLoad {
+			scfg.MarkSync = cm.node.Sync
+		}
 	}
-	srv, err := server.New(server.Config{Logger: log, Registerer: reg, Store: store})
+	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}

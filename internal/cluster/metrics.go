@@ -19,6 +19,9 @@ type metrics struct {
 	registry     *prometheus.CounterVec // op
 	snapshots    *prometheus.CounterVec // result
 	refused      prometheus.Counter
+
+	confirmFails   prometheus.Counter
+	confirmSeconds prometheus.Histogram
 }
 
 // Results of a received change in kvrouter_cluster_changes_total.
@@ -70,6 +73,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvrouter_cluster_snapshot_objects_refused_total", Help: "Snapshot objects refused at bootstrap (bad digest or content).",
 		}),
+		confirmFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_cluster_confirm_failures_total", Help: "Round trips to the NATS server confirming a mark's change that failed or timed out (the mark was answered anyway).",
+		}),
+		confirmSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_cluster_confirm_seconds", Help: "Round trips to the NATS server that confirm marks' changes before the marks are answered.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 9),
+		}),
 	}
 	for _, d := range []string{"out", "in"} {
 		m.messages.WithLabelValues(d)
@@ -85,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.connected, m.disconnects, m.slowConsumer, m.messages, m.bytes, m.changes,
-		m.dropped, m.resyncs, m.resyncFails, m.registry, m.snapshots, m.refused} {
+		m.dropped, m.resyncs, m.resyncFails, m.registry, m.snapshots, m.refused, m.confirmFails, m.confirmSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("cluster: register metrics"), err)
 		}

@@ -42,6 +42,9 @@ type Config struct {
 	// FlushInterval is how long a change may wait to be batched with
 	// others before it is published. Default 1ms.
 	FlushInterval time.Duration
+	// ConfirmTimeout bounds the round trip to the server that Sync waits
+	// for (a mark's answer). Default 1s.
+	ConfirmTimeout time.Duration
 	// MaxBatchBytes flushes a batch that reaches it. Default 64 KiB.
 	MaxBatchBytes int
 	// HeartbeatInterval is how often a replica publishes its digest (and
@@ -100,6 +103,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	def(&c.ConnectTimeout, 5*time.Second)
 	def(&c.FlushInterval, time.Millisecond)
+	def(&c.ConfirmTimeout, time.Second)
 	def(&c.HeartbeatInterval, time.Second)
 	def(&c.BootstrapWait, 300*time.Millisecond)
 	if c.MaxBatchBytes <= 0 {

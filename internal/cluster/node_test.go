@@ -28,7 +28,12 @@ func testConfig(url, id string) Config {
 
 func startReplica(t testing.TB, url, id string) *replica {
 	t.Helper()
-	n, err := Connect(testConfig(url, id))
+	return startReplicaWith(t, testConfig(url, id))
+}
+
+func startReplicaWith(t testing.TB, cfg Config) *replica {
+	t.Helper()
+	n, err := Connect(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,14 +25,25 @@ type publisher struct {
 
 	flushed time.Time // last flush; the flushing goroutine's
 
+	// Confirmation (confirm.go): batches cut, the cut count the server has
+	// confirmed receiving, the count Sync callers wait for, and a channel
+	// closed (and replaced) when confirmed moves.
+	cut       uint64
+	confirmed uint64
+	want      uint64
+	moved     chan struct{}
+
 	kick chan struct{} // a first change is waiting
 	full chan struct{} // the buffer reached MaxBatchBytes
+	now  chan struct{} // a Sync waits: flush and confirm without batching
 }
 
 func (p *publisher) init(n *Node) {
 	p.n = n
 	p.kick = make(chan struct{}, 1)
 	p.full = make(chan struct{}, 1)
+	p.now = make(chan struct{}, 1)
+	p.moved = make(chan struct{})
 	p.overflow = max(64*n.cfg.MaxBatchBytes, 8<<20)
 }
 
@@ -75,10 +86,13 @@ func (p *publisher) run() {
 		select {
 		case <-p.n.stop:
 			p.flush(false)
+			p.confirm()
 			return
 		case <-hb.C:
 			p.flush(true)
 		case <-p.full:
+			p.flush(false)
+		case <-p.now:
 			p.flush(false)
 		case <-p.kick:
 			// A change after a quiet spell goes out at once; changes that
@@ -89,12 +103,15 @@ func (p *publisher) run() {
 				case <-wait.C:
 				case <-p.full:
 					wait.Stop()
+				case <-p.now:
+					wait.Stop()
 				case <-p.n.stop:
 					wait.Stop()
 				}
 			}
 			p.flush(false)
 		}
+		p.confirm()
 	}
 }
 
@@ -119,6 +136,7 @@ func (p *publisher) flush(heartbeat bool) {
 		return
 	}
 	p.seq++
+	p.cut++
 	if p.skip {
 		p.seq++
 		p.skip = false

@@ -46,6 +46,11 @@ type Config struct {
 	Index *radix.Index
 	// Registerer receives the RPC and index metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// MarkSync, when set, is called after a mark is applied, and the mark
+	// is answered when it returns: with replicas, once the mark's change
+	// has reached the NATS server, so a replica that dies after answering
+	// does not lose it (cluster.Node.Sync).
+	MarkSync func(context.Context) error
 }
 
 // RegistryStore keeps registrations across restarts. Put and Delete return
@@ -72,13 +77,14 @@ type Server struct {
 
 	// router and ingest are set once, before ready is: a call that finds
 	// ready set may use them.
-	router  *scoring.Router
-	ingest  *ingest.Manager
-	ready   atomic.Bool
-	store   RegistryStore
-	reg     prometheus.Registerer
-	log     *slog.Logger
-	metrics *metrics
+	router   *scoring.Router
+	ingest   *ingest.Manager
+	ready    atomic.Bool
+	store    RegistryStore
+	markSync func(context.Context) error
+	reg      prometheus.Registerer
+	log      *slog.Logger
+	metrics  *metrics
 
 	// requests pools decoded RouteRequests for the unary Route handler
 	// (routeHandler): each keeps its Prompt and token_ids memory, which the
@@ -105,10 +111,11 @@ func New(cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		store:   cfg.Store,
-		reg:     cfg.Registerer,
-		log:     log,
-		workers: make(map[string]registration),
+		store:    cfg.Store,
+		markSync: cfg.MarkSync,
+		reg:      cfg.Registerer,
+		log:      log,
+		workers:  make(map[string]registration),
 	}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
@@ -273,19 +280,35 @@ func (s *Server) Score(_ context.Context, req *kvrouterv1.ScoreRequest) (*kvrout
 }
 
 // MarkPrefillDone moves a request's load from prefill to decode.
-func (s *Server) MarkPrefillDone(_ context.Context, req *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+func (s *Server) MarkPrefillDone(ctx context.Context, req *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
-	return &kvrouterv1.Ack{}, s.fail(s.router.MarkPrefillDone(req.GetRequestId()))
+	return s.marked(ctx, s.router.MarkPrefillDone(req.GetRequestId()))
 }
 
 // MarkFinished ends a request's load.
-func (s *Server) MarkFinished(_ context.Context, req *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+func (s *Server) MarkFinished(ctx context.Context, req *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
-	return &kvrouterv1.Ack{}, s.fail(s.router.MarkFinished(req.GetRequestId()))
+	return s.marked(ctx, s.router.MarkFinished(req.GetRequestId()))
+}
+
+// marked answers a mark that err says was applied or not; an applied one
+// waits for Config.MarkSync. A mark whose caller gives up during that wait
+// is applied here all the same: marks are idempotent, so the caller may
+// send it again, to any replica.
+func (s *Server) marked(ctx context.Context, err error) (*kvrouterv1.Ack, error) {
+	if err != nil {
+		return &kvrouterv1.Ack{}, s.fail(err)
+	}
+	if s.markSync != nil {
+		if err := s.markSync(ctx); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
+	return &kvrouterv1.Ack{}, nil
 }
 
 // RegisterWorker validates and adds a worker, and starts following its
