@@ -135,8 +135,14 @@ func (t *loadTable) roomLocked() error {
 func (t *loadTable) add(id string, rk *rank, prefillBlocks, prefillTokens, decodeBlocks int64, expires time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.requests[id]; ok {
-		return fmt.Errorf("%w: request_id %q is already active", ErrAlreadyExists, id)
+	if q, ok := t.requests[id]; ok {
+		if q.origin == "" {
+			return fmt.Errorf("%w: request_id %q is already active", ErrAlreadyExists, id)
+		}
+		// Another replica's: a gateway retrying here a Route that replica
+		// made and did not answer (it failed in between). This Route
+		// replaces it, and so does every replica it reaches (addRemote).
+		t.release(q)
 	}
 	if err := t.roomLocked(); err != nil {
 		return err

@@ -158,7 +158,8 @@ func (r *Router) reportRoute(id string, chosen *rank, pb, pt, db int64, predicte
 }
 
 // ApplyRemote applies a change another replica (origin) reported. It is
-// idempotent: a request already active keeps its first add, a request
+// idempotent: a request already active keeps its first add (unless a third
+// replica made it: then the later Route, a retry, replaces it), a request
 // finished here first is not added again. A Route on a worker not
 // registered here is refused with ErrNotFound (the registry has not
 // propagated yet, or the worker is gone); a full request table refuses the
@@ -205,15 +206,20 @@ func (r *Router) applyRoute(origin string, c *LoadChange, now time.Time) error {
 }
 
 // addRemote adds a request another replica routed, unless it is active
-// already or tombstoned as finished.
+// already or tombstoned as finished. Active for a third replica, it is
+// replaced: a gateway's retry of a Route that one did not answer (see
+// loadTable.add); active as this replica's own, this one's Route stands.
 func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expires time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if q, ok := t.requests[c.RequestID]; ok {
-		if c.PrefillDone { // a state transfer: the prefill-done may have been missed
-			t.markPrefillDone(q, now, false)
+		if q.origin == "" || q.origin == origin {
+			if c.PrefillDone { // a state transfer: the prefill-done may have been missed
+				t.markPrefillDone(q, now, false)
+			}
+			return nil
 		}
-		return nil
+		t.release(q)
 	}
 	t.expireTombs(now)
 	tb, marked := t.remote.tombs[c.RequestID]

@@ -270,3 +270,53 @@ func TestRepeatedMarkBounded(t *testing.T) {
 		t.Fatalf("the tomb lost a mark: %+v", tb.remote.tombs["same"])
 	}
 }
+
+// TestReplicaRouteRetried: A routes r1 and fails before answering; the
+// gateway retries the Route on B, which already holds A's change. B's Route
+// replaces A's request, on B and on a third replica C; a second Route of
+// r1 on B is still refused.
+func TestReplicaRouteRetried(t *testing.T) {
+	p := newReplicaPair(t)
+	q := newReplicaPair(t) // q.a is the third replica
+	toks := tokens(1, 4*bs)
+	if _, err := p.a.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	fromA := slices.Clone(p.fromA)
+	deliver(t, p.b, "A", &p.fromA)
+	deliver(t, q.a, "A", &fromA)
+	if _, err := p.b.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0); err != nil {
+		t.Fatalf("B's Route of a request A routed: %v", err)
+	}
+	fromB := slices.Clone(p.fromB)
+	deliver(t, q.a, "B", &fromB)
+	for name, r := range map[string]*Router{"B": p.b.r, "C": q.a.r} {
+		if n := r.ActiveRequests(); n != 1 {
+			t.Fatalf("%s holds %d requests, want r1 once", name, n)
+		}
+		if n, _ := r.LoadDigest("A"); n != 0 {
+			t.Fatalf("%s holds %d of A's requests, want 0: B's Route replaced it", name, n)
+		}
+	}
+	if n, _ := q.a.r.LoadDigest("B"); n != 1 {
+		t.Fatalf("C holds %d of B's requests, want r1", n)
+	}
+	sameLoads(t, "B and C after the retry", p.b.r, q.a.r)
+	// A's Route arriving late at B does not undo B's own.
+	p.fromA = fromA
+	deliver(t, p.b, "A", &p.fromA)
+	if n, _ := p.b.r.LoadDigest(""); n != 1 {
+		t.Fatalf("B holds %d of its own requests after A's late Route, want r1", n)
+	}
+	_, err := p.b.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
+	if !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("B's second Route of r1: %v, want ErrAlreadyExists", err)
+	}
+	if err := p.b.r.MarkFinished("r1"); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, q.a, "B", &p.fromB)
+	if p.b.r.ActiveRequests() != 0 || q.a.r.ActiveRequests() != 0 {
+		t.Fatalf("after the finish: B %d, C %d active, want 0", p.b.r.ActiveRequests(), q.a.r.ActiveRequests())
+	}
+}
