@@ -332,3 +332,83 @@ func BenchmarkBootstrapFromStore(b *testing.B) {
 	}
 	b.ReportMetric(float64(obj.Size)/(1<<20), "object-MiB")
 }
+
+// BenchmarkMarkSync: what a mark costs its caller in cluster mode. Each
+// iteration Routes a request and marks it finished, then waits for Sync
+// (what the server does before answering) in "sync" or not in "async";
+// the two alternate in blocks of 200 within one run, on 1 or 8 callers,
+// so both see the same machine. Reports the mark's wall time (MarkFinished,
+// plus Sync in "sync") at p50 and p99, and messages published per request.
+func BenchmarkMarkSync(b *testing.B) {
+	for _, callers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			ns := natstest.Start(b)
+			an, err := Connect(testConfig(ns.URL(), "a"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer an.Close()
+			ra := newBenchRouter(b, an.Publish)
+			if _, err := an.StartLoad(ra); err != nil {
+				b.Fatal(err)
+			}
+			prompts := benchPrompts()
+			ctx := context.Background()
+			var lat [2][]time.Duration
+			var msgs [2]float64
+			var n [2]int
+			var mu sync.Mutex
+			const block = 200
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				for mode := range 2 { // 0 async, 1 sync
+					k := min(block, b.N-done)
+					if k <= 0 {
+						break
+					}
+					m0 := testutil.ToFloat64(an.metrics.messages.WithLabelValues("out"))
+					next := make(chan int)
+					var wg sync.WaitGroup
+					for range callers {
+						wg.Go(func() {
+							for i := range next {
+								id := fmt.Sprintf("m%d", i)
+								if _, err := ra.Route(prompts[i%len(prompts)], id, 0, 0); err != nil {
+									b.Error(err)
+									return
+								}
+								start := time.Now()
+								_ = ra.MarkFinished(id)
+								if mode == 1 {
+									if err := an.Sync(ctx); err != nil {
+										b.Error(err)
+									}
+								}
+								d := time.Since(start)
+								mu.Lock()
+								lat[mode] = append(lat[mode], d)
+								mu.Unlock()
+							}
+						})
+					}
+					for i := done; i < done+k; i++ {
+						next <- i
+					}
+					close(next)
+					wg.Wait()
+					msgs[mode] += testutil.ToFloat64(an.metrics.messages.WithLabelValues("out")) - m0
+					n[mode] += k
+					done += k
+				}
+			}
+			b.StopTimer()
+			for mode, name := range []string{"async", "sync"} {
+				if n[mode] == 0 {
+					continue
+				}
+				reportQuantiles(b, lat[mode], name+"-mark")
+				b.ReportMetric(msgs[mode]/float64(n[mode]), name+"-msgs/request")
+			}
+		})
+	}
+}
