@@ -282,7 +282,7 @@ func TestReplicaRouteRetried(t *testing.T) {
 	if _, err := p.a.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	fromA := slices.Clone(p.fromA)
+	fromA, lateA := slices.Clone(p.fromA), slices.Clone(p.fromA)
 	deliver(t, p.b, "A", &p.fromA)
 	deliver(t, q.a, "A", &fromA)
 	if _, err := p.b.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0); err != nil {
@@ -303,9 +303,8 @@ func TestReplicaRouteRetried(t *testing.T) {
 	}
 	sameLoads(t, "B and C after the retry", p.b.r, q.a.r)
 	// A's Route arriving late at B does not undo B's own.
-	p.fromA = fromA
-	deliver(t, p.b, "A", &p.fromA)
-	if n, _ := p.b.r.LoadDigest(""); n != 1 {
+	deliver(t, p.b, "A", &lateA)
+	if n, _ := p.b.r.LoadDigest(""); n != 1 || p.b.r.ActiveRequests() != 1 {
 		t.Fatalf("B holds %d of its own requests after A's late Route, want r1", n)
 	}
 	_, err := p.b.r.Route(&Prompt{Model: "m", Tokens: toks}, "r1", 0, 0)
