@@ -158,8 +158,11 @@ func dialPub(t *testing.T, port int) *goPub {
 // FrameTimeout. An honest engine then connects and is followed.
 func TestSilentPeers(t *testing.T) {
 	idx := radix.New(radix.Config{CheckInvariants: true})
+	// FrameTimeout is longer than dialling the 30 can take on a loaded
+	// machine: a first attacker dropped before the last dial would let that
+	// one be the publisher, a second stall.
 	m, reg := newTestManagerWith(t, idx, func(c *Config) {
-		c.FrameTimeout = 300 * time.Millisecond
+		c.FrameTimeout = time.Second
 		c.MaxMessageBytes = 64 << 20 // the limit the attack was made against
 	})
 	port := freePort(t)
@@ -243,9 +246,12 @@ func TestOnePublisher(t *testing.T) {
 // refused before anything is allocated for it.
 func TestHandshakeLimits(t *testing.T) {
 	idx := radix.New(radix.Config{CheckInvariants: true})
+	// HandshakeTimeout is longer than the 5 dials can take on a loaded
+	// machine: the first two timed out before the last dial would free a
+	// slot for it.
 	m, reg := newTestManagerWith(t, idx, func(c *Config) {
 		c.MaxHandshakes = 2
-		c.HandshakeTimeout = 200 * time.Millisecond
+		c.HandshakeTimeout = time.Second
 	})
 	port := freePort(t)
 	if err := m.Add(Worker{ID: "w", KVEndpoint: fmt.Sprintf("@tcp://127.0.0.1:%d", port)}); err != nil {
