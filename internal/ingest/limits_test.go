@@ -300,7 +300,7 @@ func TestHandshakeLimits(t *testing.T) {
 // between messages for longer than that is not.
 func TestStalledMessage(t *testing.T) {
 	idx := radix.New(radix.Config{CheckInvariants: true})
-	const frameTimeout = 100 * time.Millisecond
+	const frameTimeout = 300 * time.Millisecond
 	m, reg := newTestManagerWith(t, idx, func(c *Config) { c.FrameTimeout = frameTimeout })
 	e := newEngine(11)
 	idle := make(chan struct{})
