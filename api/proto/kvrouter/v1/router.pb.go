@@ -89,7 +89,8 @@ func (x *MultimodalItem) GetLength() uint32 {
 	return 0
 }
 
-// Prompt is one request's prompt. Exactly one of token_ids or block_hashes is set.
+// Prompt is one request's prompt. Exactly one of token_ids, block_hashes, text or
+// openai_body is set.
 type Prompt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// model selects the workers that may serve the prompt.
@@ -103,7 +104,15 @@ type Prompt struct {
 	// cache_salt is the cache namespace; it seeds the block hash.
 	CacheSalt string `protobuf:"bytes,5,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	// mm_items are multimodal items mixed into the hashes of the blocks they cover.
-	MmItems       []*MultimodalItem `protobuf:"bytes,6,rep,name=mm_items,json=mmItems,proto3" json:"mm_items,omitempty"`
+	MmItems []*MultimodalItem `protobuf:"bytes,6,rep,name=mm_items,json=mmItems,proto3" json:"mm_items,omitempty"`
+	// text is a completion prompt, tokenized with the model's tokenizer as the engine's
+	// /v1/completions would (special tokens added).
+	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
+	// openai_body is a /v1/completions or /v1/chat/completions JSON request body as the gateway
+	// received it; the router reads its model, prompt or messages, tools, add_generation_prompt,
+	// add_special_tokens, chat_template_kwargs and cache_salt. model, when set here, must match
+	// the body's.
+	OpenaiBody    []byte `protobuf:"bytes,8,opt,name=openai_body,json=openaiBody,proto3" json:"openai_body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -180,6 +189,173 @@ func (x *Prompt) GetMmItems() []*MultimodalItem {
 	return nil
 }
 
+func (x *Prompt) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Prompt) GetOpenaiBody() []byte {
+	if x != nil {
+		return x.OpenaiBody
+	}
+	return nil
+}
+
+type TokenizeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prompt        *Prompt                `protobuf:"bytes,1,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeRequest) Reset() {
+	*x = TokenizeRequest{}
+	mi := &file_kvrouter_v1_router_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeRequest) ProtoMessage() {}
+
+func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_v1_router_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
+func (*TokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenizeRequest) GetPrompt() *Prompt {
+	if x != nil {
+		return x.Prompt
+	}
+	return nil
+}
+
+type TokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the model whose tokenizer was used.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// token_ids are the prompt's tokens as the engine will see them.
+	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// block_size is the router's block size in tokens.
+	BlockSize uint32 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// block_hashes are the router block hashes of the prompt's full blocks.
+	BlockHashes []uint64 `protobuf:"varint,4,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// tokenizer says how the tokens were made: "local" (the model's tokenizer files), "engine"
+	// (the engine's /tokenize endpoint) or "none" (the prompt carried token ids).
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// rendered is the chat template's output for a chat body (empty otherwise).
+	Rendered string `protobuf:"bytes,6,opt,name=rendered,proto3" json:"rendered,omitempty"`
+	// add_special_tokens says whether the tokenizer added its special tokens (BOS/EOS).
+	AddSpecialTokens bool `protobuf:"varint,7,opt,name=add_special_tokens,json=addSpecialTokens,proto3" json:"add_special_tokens,omitempty"`
+	// cache_salt is the cache namespace the prompt was hashed under.
+	CacheSalt     string `protobuf:"bytes,8,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeResponse) Reset() {
+	*x = TokenizeResponse{}
+	mi := &file_kvrouter_v1_router_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeResponse) ProtoMessage() {}
+
+func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_v1_router_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
+func (*TokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TokenizeResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TokenizeResponse) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *TokenizeResponse) GetRendered() string {
+	if x != nil {
+		return x.Rendered
+	}
+	return ""
+}
+
+func (x *TokenizeResponse) GetAddSpecialTokens() bool {
+	if x != nil {
+		return x.AddSpecialTokens
+	}
+	return false
+}
+
+func (x *TokenizeResponse) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
 type ScoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Prompt        *Prompt                `protobuf:"bytes,1,opt,name=prompt,proto3" json:"prompt,omitempty"`
@@ -189,7 +365,7 @@ type ScoreRequest struct {
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[2]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +377,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[2]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +390,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{2}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScoreRequest) GetPrompt() *Prompt {
@@ -238,7 +414,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[3]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +426,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[3]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +439,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{3}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ScoreResponse) GetBlockSize() uint32 {
@@ -310,7 +486,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[4]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +498,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[4]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +511,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{4}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -418,7 +594,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[5]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +606,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[5]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +619,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RouteRequest) GetPrompt() *Prompt {
@@ -492,7 +668,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[6]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +680,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[6]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +693,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -585,7 +761,7 @@ type RouteStreamResponse struct {
 
 func (x *RouteStreamResponse) Reset() {
 	*x = RouteStreamResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +773,7 @@ func (x *RouteStreamResponse) String() string {
 func (*RouteStreamResponse) ProtoMessage() {}
 
 func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[7]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +786,7 @@ func (x *RouteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStreamResponse.ProtoReflect.Descriptor instead.
 func (*RouteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RouteStreamResponse) GetResponse() *RouteResponse {
@@ -650,7 +826,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +838,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[8]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +851,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Candidate) GetWorkerId() string {
@@ -729,7 +905,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +917,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[9]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +930,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -772,7 +948,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +960,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[10]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +973,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 type Worker struct {
@@ -819,14 +995,28 @@ type Worker struct {
 	// reads each event's own block_size and splits engine blocks into --block-size router blocks.
 	BlockSize uint32 `protobuf:"varint,7,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	// topic is the ZMQ topic prefix to subscribe to; empty subscribes to everything.
-	Topic         string `protobuf:"bytes,8,opt,name=topic,proto3" json:"topic,omitempty"`
+	Topic string `protobuf:"bytes,8,opt,name=topic,proto3" json:"topic,omitempty"`
+	// capacity_tokens is one rank's KV cache size in tokens (vLLM logs it as "GPU KV cache
+	// size"); 0: unknown, learned from the most blocks the rank held while its index was exact.
+	// It bounds what an inexact rank can be thought to hold.
+	CapacityTokens uint64 `protobuf:"varint,9,opt,name=capacity_tokens,json=capacityTokens,proto3" json:"capacity_tokens,omitempty"`
+	// rank_kv_events_endpoints, when set, lists each rank's ZMQ PUB address explicitly (one per
+	// rank, dp_size entries) instead of kv_events_endpoint's port + rank, for data-parallel
+	// groups that span hosts.
+	RankKvEventsEndpoints []string `protobuf:"bytes,10,rep,name=rank_kv_events_endpoints,json=rankKvEventsEndpoints,proto3" json:"rank_kv_events_endpoints,omitempty"`
+	// rank_replay_endpoints, when set, lists each rank's ZMQ ROUTER replay address (dp_size
+	// entries) instead of replay_endpoint's port + rank.
+	RankReplayEndpoints []string `protobuf:"bytes,11,rep,name=rank_replay_endpoints,json=rankReplayEndpoints,proto3" json:"rank_replay_endpoints,omitempty"`
+	// rank_endpoints, when set, lists each rank's serving address (dp_size entries) instead of
+	// endpoint's port + rank.
+	RankEndpoints []string `protobuf:"bytes,12,rep,name=rank_endpoints,json=rankEndpoints,proto3" json:"rank_endpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1028,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[11]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1041,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Worker) GetWorkerId() string {
@@ -910,6 +1100,34 @@ func (x *Worker) GetTopic() string {
 	return ""
 }
 
+func (x *Worker) GetCapacityTokens() uint64 {
+	if x != nil {
+		return x.CapacityTokens
+	}
+	return 0
+}
+
+func (x *Worker) GetRankKvEventsEndpoints() []string {
+	if x != nil {
+		return x.RankKvEventsEndpoints
+	}
+	return nil
+}
+
+func (x *Worker) GetRankReplayEndpoints() []string {
+	if x != nil {
+		return x.RankReplayEndpoints
+	}
+	return nil
+}
+
+func (x *Worker) GetRankEndpoints() []string {
+	if x != nil {
+		return x.RankEndpoints
+	}
+	return nil
+}
+
 type RegisterWorkerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -919,7 +1137,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1149,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[12]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1162,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *Worker {
@@ -962,7 +1180,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1192,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[13]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1205,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 type UnregisterWorkerRequest struct {
@@ -999,7 +1217,7 @@ type UnregisterWorkerRequest struct {
 
 func (x *UnregisterWorkerRequest) Reset() {
 	*x = UnregisterWorkerRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1229,7 @@ func (x *UnregisterWorkerRequest) String() string {
 func (*UnregisterWorkerRequest) ProtoMessage() {}
 
 func (x *UnregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[14]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1242,7 @@ func (x *UnregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnregisterWorkerRequest) GetWorkerId() string {
@@ -1042,7 +1260,7 @@ type UnregisterWorkerResponse struct {
 
 func (x *UnregisterWorkerResponse) Reset() {
 	*x = UnregisterWorkerResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1272,7 @@ func (x *UnregisterWorkerResponse) String() string {
 func (*UnregisterWorkerResponse) ProtoMessage() {}
 
 func (x *UnregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[15]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1285,7 @@ func (x *UnregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 type ListWorkersRequest struct {
@@ -1087,7 +1305,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1317,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[16]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1330,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListWorkersRequest) GetModel() string {
@@ -1149,7 +1367,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1379,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[17]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1392,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{17}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerStatus {
@@ -1213,15 +1431,27 @@ type WorkerStatus struct {
 	// "kept" (no replay socket; the first live batch followed the snapshot), "cleared"
 	// (no replay socket and it did not), or empty (not restored, or not decided yet).
 	Restore string `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
-	// source is where the registration came from: "config" (the YAML file) or "api".
-	Source        string `protobuf:"bytes,14,opt,name=source,proto3" json:"source,omitempty"`
+	// source is where the registration came from: "config" (the YAML file), "api" or
+	// "discovery".
+	Source string `protobuf:"bytes,14,opt,name=source,proto3" json:"source,omitempty"`
+	// inexact is set when the rank's index may differ from the engine's cache: history was lost
+	// (a sequence gap the replay could not fill, or a restore the engine's buffer no longer
+	// reached) and the rank's blocks were kept rather than cleared.
+	Inexact bool `protobuf:"varint,15,opt,name=inexact,proto3" json:"inexact,omitempty"`
+	// inexact_since_seq is the first sequence number whose batch was lost (0 when exact).
+	InexactSinceSeq uint64 `protobuf:"varint,16,opt,name=inexact_since_seq,json=inexactSinceSeq,proto3" json:"inexact_since_seq,omitempty"`
+	// capacity_blocks is the bound on what the rank can be thought to hold, in router blocks:
+	// from capacity_tokens, or learned; 0 when not known yet.
+	CapacityBlocks uint64 `protobuf:"varint,17,opt,name=capacity_blocks,json=capacityBlocks,proto3" json:"capacity_blocks,omitempty"`
+	// problems lists why the rank's stores are being refused or skipped, by reason, with counts.
+	Problems      []*RankProblem `protobuf:"bytes,18,rep,name=problems,proto3" json:"problems,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1463,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kvrouter_v1_router_proto_msgTypes[18]
+	mi := &file_kvrouter_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1476,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{18}
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerStatus) GetWorker() *Worker {
@@ -1347,6 +1577,99 @@ func (x *WorkerStatus) GetSource() string {
 	return ""
 }
 
+func (x *WorkerStatus) GetInexact() bool {
+	if x != nil {
+		return x.Inexact
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetInexactSinceSeq() uint64 {
+	if x != nil {
+		return x.InexactSinceSeq
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetCapacityBlocks() uint64 {
+	if x != nil {
+		return x.CapacityBlocks
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetProblems() []*RankProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// RankProblem is one reason a rank's events are being refused or skipped.
+type RankProblem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason is the counter's reason label, e.g. "block_size_mismatch", "parent_not_found",
+	// "decode_error", "batch_too_large".
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// count is how many events or batches were refused for it.
+	Count uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// detail is the last refusal's message.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankProblem) Reset() {
+	*x = RankProblem{}
+	mi := &file_kvrouter_v1_router_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankProblem) ProtoMessage() {}
+
+func (x *RankProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_kvrouter_v1_router_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankProblem.ProtoReflect.Descriptor instead.
+func (*RankProblem) Descriptor() ([]byte, []int) {
+	return file_kvrouter_v1_router_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RankProblem) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RankProblem) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RankProblem) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_kvrouter_v1_router_proto protoreflect.FileDescriptor
 
 const file_kvrouter_v1_router_proto_rawDesc = "" +
@@ -1355,7 +1678,7 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\x0eMultimodalItem\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\rR\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\rR\x06length\"\xd2\x01\n" +
+	"\x06length\x18\x03 \x01(\rR\x06length\"\x87\x02\n" +
 	"\x06Prompt\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12!\n" +
@@ -1363,7 +1686,23 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\tlora_name\x18\x04 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x05 \x01(\tR\tcacheSalt\x126\n" +
-	"\bmm_items\x18\x06 \x03(\v2\x1b.kvrouter.v1.MultimodalItemR\ammItems\";\n" +
+	"\bmm_items\x18\x06 \x03(\v2\x1b.kvrouter.v1.MultimodalItemR\ammItems\x12\x12\n" +
+	"\x04text\x18\a \x01(\tR\x04text\x12\x1f\n" +
+	"\vopenai_body\x18\b \x01(\fR\n" +
+	"openaiBody\">\n" +
+	"\x0fTokenizeRequest\x12+\n" +
+	"\x06prompt\x18\x01 \x01(\v2\x13.kvrouter.v1.PromptR\x06prompt\"\x8e\x02\n" +
+	"\x10TokenizeResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x03 \x01(\rR\tblockSize\x12!\n" +
+	"\fblock_hashes\x18\x04 \x03(\x04R\vblockHashes\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12\x1a\n" +
+	"\brendered\x18\x06 \x01(\tR\brendered\x12,\n" +
+	"\x12add_special_tokens\x18\a \x01(\bR\x10addSpecialTokens\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\b \x01(\tR\tcacheSalt\";\n" +
 	"\fScoreRequest\x12+\n" +
 	"\x06prompt\x18\x01 \x01(\v2\x13.kvrouter.v1.PromptR\x06prompt\"\x85\x01\n" +
 	"\rScoreResponse\x12\x1d\n" +
@@ -1415,7 +1754,7 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\x05\n" +
-	"\x03Ack\"\xfc\x01\n" +
+	"\x03Ack\"\xb9\x03\n" +
 	"\x06Worker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1a\n" +
@@ -1425,7 +1764,12 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"\adp_size\x18\x06 \x01(\rR\x06dpSize\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\a \x01(\rR\tblockSize\x12\x14\n" +
-	"\x05topic\x18\b \x01(\tR\x05topic\"D\n" +
+	"\x05topic\x18\b \x01(\tR\x05topic\x12'\n" +
+	"\x0fcapacity_tokens\x18\t \x01(\x04R\x0ecapacityTokens\x127\n" +
+	"\x18rank_kv_events_endpoints\x18\n" +
+	" \x03(\tR\x15rankKvEventsEndpoints\x122\n" +
+	"\x15rank_replay_endpoints\x18\v \x03(\tR\x13rankReplayEndpoints\x12%\n" +
+	"\x0erank_endpoints\x18\f \x03(\tR\rrankEndpoints\"D\n" +
 	"\x15RegisterWorkerRequest\x12+\n" +
 	"\x06worker\x18\x01 \x01(\v2\x13.kvrouter.v1.WorkerR\x06worker\"\x18\n" +
 	"\x16RegisterWorkerResponse\"6\n" +
@@ -1439,7 +1783,7 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
 	"\x13ListWorkersResponse\x123\n" +
 	"\aworkers\x18\x01 \x03(\v2\x19.kvrouter.v1.WorkerStatusR\aworkers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf5\x04\n" +
 	"\fWorkerStatus\x12+\n" +
 	"\x06worker\x18\x01 \x01(\v2\x13.kvrouter.v1.WorkerR\x06worker\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x1c\n" +
@@ -1457,13 +1801,22 @@ const file_kvrouter_v1_router_proto_rawDesc = "" +
 	"reconnects\x12#\n" +
 	"\rdecode_errors\x18\f \x01(\x04R\fdecodeErrors\x12\x18\n" +
 	"\arestore\x18\r \x01(\tR\arestore\x12\x16\n" +
-	"\x06source\x18\x0e \x01(\tR\x06source2\xd1\x02\n" +
+	"\x06source\x18\x0e \x01(\tR\x06source\x12\x18\n" +
+	"\ainexact\x18\x0f \x01(\bR\ainexact\x12*\n" +
+	"\x11inexact_since_seq\x18\x10 \x01(\x04R\x0finexactSinceSeq\x12'\n" +
+	"\x0fcapacity_blocks\x18\x11 \x01(\x04R\x0ecapacityBlocks\x124\n" +
+	"\bproblems\x18\x12 \x03(\v2\x18.kvrouter.v1.RankProblemR\bproblems\"S\n" +
+	"\vRankProblem\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail2\x9a\x03\n" +
 	"\x06Router\x12>\n" +
 	"\x05Score\x12\x19.kvrouter.v1.ScoreRequest\x1a\x1a.kvrouter.v1.ScoreResponse\x12>\n" +
 	"\x05Route\x12\x19.kvrouter.v1.RouteRequest\x1a\x1a.kvrouter.v1.RouteResponse\x12N\n" +
 	"\vRouteStream\x12\x19.kvrouter.v1.RouteRequest\x1a .kvrouter.v1.RouteStreamResponse(\x010\x01\x12<\n" +
 	"\x0fMarkPrefillDone\x12\x17.kvrouter.v1.RequestRef\x1a\x10.kvrouter.v1.Ack\x129\n" +
-	"\fMarkFinished\x12\x17.kvrouter.v1.RequestRef\x1a\x10.kvrouter.v1.Ack2\x98\x02\n" +
+	"\fMarkFinished\x12\x17.kvrouter.v1.RequestRef\x1a\x10.kvrouter.v1.Ack\x12G\n" +
+	"\bTokenize\x12\x1c.kvrouter.v1.TokenizeRequest\x1a\x1d.kvrouter.v1.TokenizeResponse2\x98\x02\n" +
 	"\bRegistry\x12Y\n" +
 	"\x0eRegisterWorker\x12\".kvrouter.v1.RegisterWorkerRequest\x1a#.kvrouter.v1.RegisterWorkerResponse\x12_\n" +
 	"\x10UnregisterWorker\x12$.kvrouter.v1.UnregisterWorkerRequest\x1a%.kvrouter.v1.UnregisterWorkerResponse\x12P\n" +
@@ -1481,59 +1834,66 @@ func file_kvrouter_v1_router_proto_rawDescGZIP() []byte {
 	return file_kvrouter_v1_router_proto_rawDescData
 }
 
-var file_kvrouter_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_kvrouter_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_kvrouter_v1_router_proto_goTypes = []any{
 	(*MultimodalItem)(nil),           // 0: kvrouter.v1.MultimodalItem
 	(*Prompt)(nil),                   // 1: kvrouter.v1.Prompt
-	(*ScoreRequest)(nil),             // 2: kvrouter.v1.ScoreRequest
-	(*ScoreResponse)(nil),            // 3: kvrouter.v1.ScoreResponse
-	(*WorkerScore)(nil),              // 4: kvrouter.v1.WorkerScore
-	(*RouteRequest)(nil),             // 5: kvrouter.v1.RouteRequest
-	(*RouteResponse)(nil),            // 6: kvrouter.v1.RouteResponse
-	(*RouteStreamResponse)(nil),      // 7: kvrouter.v1.RouteStreamResponse
-	(*Candidate)(nil),                // 8: kvrouter.v1.Candidate
-	(*RequestRef)(nil),               // 9: kvrouter.v1.RequestRef
-	(*Ack)(nil),                      // 10: kvrouter.v1.Ack
-	(*Worker)(nil),                   // 11: kvrouter.v1.Worker
-	(*RegisterWorkerRequest)(nil),    // 12: kvrouter.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 13: kvrouter.v1.RegisterWorkerResponse
-	(*UnregisterWorkerRequest)(nil),  // 14: kvrouter.v1.UnregisterWorkerRequest
-	(*UnregisterWorkerResponse)(nil), // 15: kvrouter.v1.UnregisterWorkerResponse
-	(*ListWorkersRequest)(nil),       // 16: kvrouter.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 17: kvrouter.v1.ListWorkersResponse
-	(*WorkerStatus)(nil),             // 18: kvrouter.v1.WorkerStatus
+	(*TokenizeRequest)(nil),          // 2: kvrouter.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),         // 3: kvrouter.v1.TokenizeResponse
+	(*ScoreRequest)(nil),             // 4: kvrouter.v1.ScoreRequest
+	(*ScoreResponse)(nil),            // 5: kvrouter.v1.ScoreResponse
+	(*WorkerScore)(nil),              // 6: kvrouter.v1.WorkerScore
+	(*RouteRequest)(nil),             // 7: kvrouter.v1.RouteRequest
+	(*RouteResponse)(nil),            // 8: kvrouter.v1.RouteResponse
+	(*RouteStreamResponse)(nil),      // 9: kvrouter.v1.RouteStreamResponse
+	(*Candidate)(nil),                // 10: kvrouter.v1.Candidate
+	(*RequestRef)(nil),               // 11: kvrouter.v1.RequestRef
+	(*Ack)(nil),                      // 12: kvrouter.v1.Ack
+	(*Worker)(nil),                   // 13: kvrouter.v1.Worker
+	(*RegisterWorkerRequest)(nil),    // 14: kvrouter.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),   // 15: kvrouter.v1.RegisterWorkerResponse
+	(*UnregisterWorkerRequest)(nil),  // 16: kvrouter.v1.UnregisterWorkerRequest
+	(*UnregisterWorkerResponse)(nil), // 17: kvrouter.v1.UnregisterWorkerResponse
+	(*ListWorkersRequest)(nil),       // 18: kvrouter.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 19: kvrouter.v1.ListWorkersResponse
+	(*WorkerStatus)(nil),             // 20: kvrouter.v1.WorkerStatus
+	(*RankProblem)(nil),              // 21: kvrouter.v1.RankProblem
 }
 var file_kvrouter_v1_router_proto_depIdxs = []int32{
 	0,  // 0: kvrouter.v1.Prompt.mm_items:type_name -> kvrouter.v1.MultimodalItem
-	1,  // 1: kvrouter.v1.ScoreRequest.prompt:type_name -> kvrouter.v1.Prompt
-	4,  // 2: kvrouter.v1.ScoreResponse.scores:type_name -> kvrouter.v1.WorkerScore
-	1,  // 3: kvrouter.v1.RouteRequest.prompt:type_name -> kvrouter.v1.Prompt
-	8,  // 4: kvrouter.v1.RouteResponse.candidates:type_name -> kvrouter.v1.Candidate
-	6,  // 5: kvrouter.v1.RouteStreamResponse.response:type_name -> kvrouter.v1.RouteResponse
-	11, // 6: kvrouter.v1.RegisterWorkerRequest.worker:type_name -> kvrouter.v1.Worker
-	18, // 7: kvrouter.v1.ListWorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
-	11, // 8: kvrouter.v1.WorkerStatus.worker:type_name -> kvrouter.v1.Worker
-	2,  // 9: kvrouter.v1.Router.Score:input_type -> kvrouter.v1.ScoreRequest
-	5,  // 10: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
-	5,  // 11: kvrouter.v1.Router.RouteStream:input_type -> kvrouter.v1.RouteRequest
-	9,  // 12: kvrouter.v1.Router.MarkPrefillDone:input_type -> kvrouter.v1.RequestRef
-	9,  // 13: kvrouter.v1.Router.MarkFinished:input_type -> kvrouter.v1.RequestRef
-	12, // 14: kvrouter.v1.Registry.RegisterWorker:input_type -> kvrouter.v1.RegisterWorkerRequest
-	14, // 15: kvrouter.v1.Registry.UnregisterWorker:input_type -> kvrouter.v1.UnregisterWorkerRequest
-	16, // 16: kvrouter.v1.Registry.ListWorkers:input_type -> kvrouter.v1.ListWorkersRequest
-	3,  // 17: kvrouter.v1.Router.Score:output_type -> kvrouter.v1.ScoreResponse
-	6,  // 18: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
-	7,  // 19: kvrouter.v1.Router.RouteStream:output_type -> kvrouter.v1.RouteStreamResponse
-	10, // 20: kvrouter.v1.Router.MarkPrefillDone:output_type -> kvrouter.v1.Ack
-	10, // 21: kvrouter.v1.Router.MarkFinished:output_type -> kvrouter.v1.Ack
-	13, // 22: kvrouter.v1.Registry.RegisterWorker:output_type -> kvrouter.v1.RegisterWorkerResponse
-	15, // 23: kvrouter.v1.Registry.UnregisterWorker:output_type -> kvrouter.v1.UnregisterWorkerResponse
-	17, // 24: kvrouter.v1.Registry.ListWorkers:output_type -> kvrouter.v1.ListWorkersResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 1: kvrouter.v1.TokenizeRequest.prompt:type_name -> kvrouter.v1.Prompt
+	1,  // 2: kvrouter.v1.ScoreRequest.prompt:type_name -> kvrouter.v1.Prompt
+	6,  // 3: kvrouter.v1.ScoreResponse.scores:type_name -> kvrouter.v1.WorkerScore
+	1,  // 4: kvrouter.v1.RouteRequest.prompt:type_name -> kvrouter.v1.Prompt
+	10, // 5: kvrouter.v1.RouteResponse.candidates:type_name -> kvrouter.v1.Candidate
+	8,  // 6: kvrouter.v1.RouteStreamResponse.response:type_name -> kvrouter.v1.RouteResponse
+	13, // 7: kvrouter.v1.RegisterWorkerRequest.worker:type_name -> kvrouter.v1.Worker
+	20, // 8: kvrouter.v1.ListWorkersResponse.workers:type_name -> kvrouter.v1.WorkerStatus
+	13, // 9: kvrouter.v1.WorkerStatus.worker:type_name -> kvrouter.v1.Worker
+	21, // 10: kvrouter.v1.WorkerStatus.problems:type_name -> kvrouter.v1.RankProblem
+	4,  // 11: kvrouter.v1.Router.Score:input_type -> kvrouter.v1.ScoreRequest
+	7,  // 12: kvrouter.v1.Router.Route:input_type -> kvrouter.v1.RouteRequest
+	7,  // 13: kvrouter.v1.Router.RouteStream:input_type -> kvrouter.v1.RouteRequest
+	11, // 14: kvrouter.v1.Router.MarkPrefillDone:input_type -> kvrouter.v1.RequestRef
+	11, // 15: kvrouter.v1.Router.MarkFinished:input_type -> kvrouter.v1.RequestRef
+	2,  // 16: kvrouter.v1.Router.Tokenize:input_type -> kvrouter.v1.TokenizeRequest
+	14, // 17: kvrouter.v1.Registry.RegisterWorker:input_type -> kvrouter.v1.RegisterWorkerRequest
+	16, // 18: kvrouter.v1.Registry.UnregisterWorker:input_type -> kvrouter.v1.UnregisterWorkerRequest
+	18, // 19: kvrouter.v1.Registry.ListWorkers:input_type -> kvrouter.v1.ListWorkersRequest
+	5,  // 20: kvrouter.v1.Router.Score:output_type -> kvrouter.v1.ScoreResponse
+	8,  // 21: kvrouter.v1.Router.Route:output_type -> kvrouter.v1.RouteResponse
+	9,  // 22: kvrouter.v1.Router.RouteStream:output_type -> kvrouter.v1.RouteStreamResponse
+	12, // 23: kvrouter.v1.Router.MarkPrefillDone:output_type -> kvrouter.v1.Ack
+	12, // 24: kvrouter.v1.Router.MarkFinished:output_type -> kvrouter.v1.Ack
+	3,  // 25: kvrouter.v1.Router.Tokenize:output_type -> kvrouter.v1.TokenizeResponse
+	15, // 26: kvrouter.v1.Registry.RegisterWorker:output_type -> kvrouter.v1.RegisterWorkerResponse
+	17, // 27: kvrouter.v1.Registry.UnregisterWorker:output_type -> kvrouter.v1.UnregisterWorkerResponse
+	19, // 28: kvrouter.v1.Registry.ListWorkers:output_type -> kvrouter.v1.ListWorkersResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_kvrouter_v1_router_proto_init() }
@@ -1541,14 +1901,14 @@ func file_kvrouter_v1_router_proto_init() {
 	if File_kvrouter_v1_router_proto != nil {
 		return
 	}
-	file_kvrouter_v1_router_proto_msgTypes[5].OneofWrappers = []any{}
+	file_kvrouter_v1_router_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvrouter_v1_router_proto_rawDesc), len(file_kvrouter_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,6 +27,7 @@ const (
 	Router_RouteStream_FullMethodName     = "/kvrouter.v1.Router/RouteStream"
 	Router_MarkPrefillDone_FullMethodName = "/kvrouter.v1.Router/MarkPrefillDone"
 	Router_MarkFinished_FullMethodName    = "/kvrouter.v1.Router/MarkFinished"
+	Router_Tokenize_FullMethodName        = "/kvrouter.v1.Router/Tokenize"
 )
 
 // RouterClient is the client API for Router service.
@@ -50,6 +51,9 @@ type RouterClient interface {
 	MarkPrefillDone(ctx context.Context, in *RequestRef, opts ...grpc.CallOption) (*Ack, error)
 	// MarkFinished ends a routed request's load.
 	MarkFinished(ctx context.Context, in *RequestRef, opts ...grpc.CallOption) (*Ack, error)
+	// Tokenize shows what the router would hash for a prompt: its token ids (from text or an
+	// OpenAI body, through the model's tokenizer) and its router block hashes. No side effects.
+	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
 }
 
 type routerClient struct {
@@ -113,6 +117,16 @@ func (c *routerClient) MarkFinished(ctx context.Context, in *RequestRef, opts ..
 	return out, nil
 }
 
+func (c *routerClient) Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenizeResponse)
+	err := c.cc.Invoke(ctx, Router_Tokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RouterServer is the server API for Router service.
 // All implementations must embed UnimplementedRouterServer
 // for forward compatibility.
@@ -134,6 +148,9 @@ type RouterServer interface {
 	MarkPrefillDone(context.Context, *RequestRef) (*Ack, error)
 	// MarkFinished ends a routed request's load.
 	MarkFinished(context.Context, *RequestRef) (*Ack, error)
+	// Tokenize shows what the router would hash for a prompt: its token ids (from text or an
+	// OpenAI body, through the model's tokenizer) and its router block hashes. No side effects.
+	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
 	mustEmbedUnimplementedRouterServer()
 }
 
@@ -158,6 +175,9 @@ func (UnimplementedRouterServer) MarkPrefillDone(context.Context, *RequestRef) (
 }
 func (UnimplementedRouterServer) MarkFinished(context.Context, *RequestRef) (*Ack, error) {
 	return nil, status.Error(codes.Unimplemented, "method MarkFinished not implemented")
+}
+func (UnimplementedRouterServer) Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Tokenize not implemented")
 }
 func (UnimplementedRouterServer) mustEmbedUnimplementedRouterServer() {}
 func (UnimplementedRouterServer) testEmbeddedByValue()                {}
@@ -259,6 +279,24 @@ func _Router_MarkFinished_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Router_Tokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RouterServer).Tokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Router_Tokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RouterServer).Tokenize(ctx, req.(*TokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Router_ServiceDesc is the grpc.ServiceDesc for Router service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -281,6 +319,10 @@ var Router_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MarkFinished",
 			Handler:    _Router_MarkFinished_Handler,
+		},
+		{
+			MethodName: "Tokenize",
+			Handler:    _Router_Tokenize_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
