@@ -24,8 +24,12 @@ type PageConfig struct {
 	Logger *slog.Logger
 }
 
-// Sparkline box, in SVG user units.
-const sparkW, sparkH = 600, 80
+// Sparkline plot area, in SVG user units, and the margins around it for the
+// axis labels.
+const (
+	sparkW, sparkH   = 600, 80
+	marginL, marginV = 40, 12
+)
 
 // NewHandler returns the handler of the page. It answers GET and HEAD.
 func NewHandler(cfg PageConfig) http.Handler {
@@ -84,14 +88,14 @@ type rankView struct {
 }
 
 type gainView struct {
-	W, H                int
-	HitPath, RRPath     string
-	HitRate, RoundRobin string
-	Gain                string
-	Decisions           uint64
-	From, To            string
-	Samples             int
-	Interval            string
+	W, H, SparkW, SparkH int
+	HitPath, RRPath      string
+	HitRate, RoundRobin  string
+	Gain                 string
+	Decisions            uint64
+	From, To             string
+	Samples              int
+	Interval             string
 }
 
 type decisionView struct {
@@ -155,7 +159,7 @@ func (p *page) view() view {
 
 // gainOf summarizes the samples: the two lines and the window's totals.
 func gainOf(ss []Sample, interval time.Duration) gainView {
-	g := gainView{W: sparkW, H: sparkH, Samples: len(ss), Interval: interval.String(),
+	g := gainView{W: sparkW + marginL, H: sparkH + marginV, SparkW: sparkW, SparkH: sparkH, Samples: len(ss), Interval: interval.String(),
 		HitRate: "–", RoundRobin: "–", Gain: "–"}
 	hits, rr := make([]float64, len(ss)), make([]float64, len(ss))
 	var matched, prompt, known uint64

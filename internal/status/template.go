@@ -16,7 +16,8 @@ body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.6em 0 .5em}
 .sub{color:#5b6478;margin:0 0 1em}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px rgba(0,0,0,.08)}
-th,td{padding:.3em .7em;text-align:left;border-bottom:1px solid #e6e8ee;vertical-align:top}
+th,td{padding:.3em .7em;text-align:left;border-bottom:1px solid #e6e8ee;vertical-align:top;white-space:nowrap}
+td.problems{white-space:normal;max-width:32em}
 th{background:#eef0f5;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#137333}.warn{color:#a05a00;font-weight:600}.bad{color:#b3261e;font-weight:600}
 .tiles{display:flex;gap:1em;flex-wrap:wrap}.tile{background:#fff;padding:.6em 1em;box-shadow:0 1px 2px rgba(0,0,0,.08)}
@@ -59,8 +60,9 @@ tr.chosen td{font-weight:600}
 {{if .HasLog}}
 <h2>Routing gain</h2>
 <p class="legend"><span class="hit">■ router hit rate <b id="hit-rate">{{.Gain.HitRate}}</b></span><span class="rr">■ round-robin estimate <b id="rr-rate">{{.Gain.RoundRobin}}</b></span><span>{{.Gain.Decisions}} decisions in {{.Gain.Samples}} × {{.Gain.Interval}}, {{.Gain.From}}–{{.Gain.To}} UTC</span></p>
-<svg id="sparkline" width="{{.Gain.W}}" height="{{.Gain.H}}" viewBox="0 -2 {{.Gain.W}} {{.Gain.H}}" role="img" aria-label="hit rate over time, router against round robin">
-<line x1="0" y1="{{.Gain.H}}" x2="{{.Gain.W}}" y2="{{.Gain.H}}" stroke="#e6e8ee"/>
+<svg id="sparkline" width="{{.Gain.W}}" height="{{.Gain.H}}" viewBox="-40 -6 {{.Gain.W}} {{.Gain.H}}" role="img" aria-label="hit rate over time, router against round robin">
+<text x="-6" y="4" text-anchor="end" font-size="11" fill="#5b6478">100%</text><text x="-6" y="{{.Gain.SparkH}}" text-anchor="end" font-size="11" fill="#5b6478">0%</text>
+<line x1="0" y1="0" x2="{{.Gain.SparkW}}" y2="0" stroke="#eef0f5"/><line x1="0" y1="{{.Gain.SparkH}}" x2="{{.Gain.SparkW}}" y2="{{.Gain.SparkH}}" stroke="#e6e8ee"/>
 <path id="rr-line" d="{{.Gain.RRPath}}" fill="none" stroke="#9aa0a6" stroke-width="1.5" stroke-dasharray="4 3"/>
 <path id="hit-line" d="{{.Gain.HitPath}}" fill="none" stroke="#1a73e8" stroke-width="2"/>
 </svg>
