@@ -23,9 +23,10 @@ type Decision struct {
 	// known.
 	RandomMatched float64
 	Cost          float64
-	// Candidates are the candidates' cost terms, the chosen one first. The
-	// log keeps at most LogConfig.Candidates of them and counts the rest in
-	// OmittedCandidates.
+	// Candidates are the candidates' cost terms, the chosen one first, as
+	// Recent reports them (Add takes them apart): the log keeps at most
+	// LogConfig.Candidates and counts the rest in OmittedCandidates, with
+	// any the caller already left out.
 	Candidates        []Candidate
 	OmittedCandidates int
 }
@@ -112,19 +113,29 @@ func NewDecisionLog(cfg LogConfig) *DecisionLog {
 	return l
 }
 
-// Add records d, stamped now if its Time is zero.
-func (l *DecisionLog) Add(d *Decision) {
+// Add records d, stamped now if its Time is zero, with the cost terms of
+// its candidates, cands, the chosen one first; d.Candidates is not read.
+// Add only reads cands, so a caller's can live on its stack: with the
+// candidates in d, escape analysis would move them to the heap, since Add
+// keeps d's strings.
+func (l *DecisionLog) Add(d *Decision, cands []Candidate) {
 	t := d.Time
 	if t.IsZero() {
 		t = l.cfg.Now()
 	}
-	n := min(len(d.Candidates), l.cfg.Candidates)
+	n := min(len(cands), l.cfg.Candidates)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	slot := &l.ring[l.next]
-	cands := append(slot.Candidates[:0], d.Candidates[:n]...)
-	*slot = *d
-	slot.Time, slot.Candidates, slot.OmittedCandidates = t, cands, len(d.Candidates)-n
+	kept := slot.Candidates[:0]
+	for _, c := range cands[:n] {
+		kept = append(kept, c)
+	}
+	*slot = Decision{
+		Time: t, Model: d.Model, RequestID: d.RequestID, WorkerID: d.WorkerID, DPRank: d.DPRank,
+		Reason: d.Reason, Matched: d.Matched, PromptBlocks: d.PromptBlocks, RandomMatched: d.RandomMatched,
+		Cost: d.Cost, Candidates: kept, OmittedCandidates: d.OmittedCandidates + len(cands) - n,
+	}
 	l.next = (l.next + 1) % len(l.ring)
 	l.stored = min(l.stored+1, len(l.ring))
 	l.count(t, d)

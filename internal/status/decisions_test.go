@@ -52,15 +52,16 @@ func TestDecisionLog(t *testing.T) {
 				dec.RandomMatched = mustFloat(t, s)
 			}
 			d.MaybeScanArgs(t, "cands", &cands)
+			var cs []Candidate
 			for c := range strings.SplitSeq(cands, ",") {
 				if c == "" {
 					continue
 				}
 				wr, m, _ := strings.Cut(c, ":")
 				id, r := workerRank(t, wr)
-				dec.Candidates = append(dec.Candidates, Candidate{WorkerID: id, DPRank: r, Matched: uint32(mustFloat(t, m)), Cost: float64(prompt) - mustFloat(t, m)})
+				cs = append(cs, Candidate{WorkerID: id, DPRank: r, Matched: uint32(mustFloat(t, m)), Cost: float64(prompt) - mustFloat(t, m)})
 			}
-			l.Add(&dec)
+			l.Add(&dec, cs)
 			return ""
 		case "recent":
 			var b strings.Builder
@@ -124,24 +125,34 @@ func mustFloat(t *testing.T, s string) float64 {
 	return v
 }
 
-// Add allocates nothing: it is on the route path.
+// Add allocates nothing, and a caller's decision and candidates can stay
+// on its stack: it is on the route path.
 func TestDecisionLogAddAllocs(t *testing.T) {
 	l := NewDecisionLog(LogConfig{Decisions: 4, Candidates: 2})
-	d := &Decision{Time: time.Unix(100, 0), WorkerID: "w", Matched: 3, PromptBlocks: 8, RandomMatched: 1,
-		Candidates: []Candidate{{WorkerID: "w"}, {WorkerID: "x"}, {WorkerID: "y"}}}
-	if n := testing.AllocsPerRun(100, func() { l.Add(d) }); n != 0 {
+	worker := strings.Repeat("w", 3)
+	if n := testing.AllocsPerRun(100, func() {
+		var cands [3]Candidate
+		for i := range cands {
+			cands[i] = Candidate{WorkerID: worker, DPRank: uint32(i)}
+		}
+		d := Decision{Time: time.Unix(100, 0), WorkerID: worker, Matched: 3, PromptBlocks: 8, RandomMatched: 1}
+		l.Add(&d, cands[:])
+	}); n != 0 {
 		t.Fatalf("Add allocates %v times", n)
+	}
+	if got := l.Recent()[0]; len(got.Candidates) != 2 || got.OmittedCandidates != 1 {
+		t.Fatalf("kept %d candidates, omitted %d; want 2 and 1", len(got.Candidates), got.OmittedCandidates)
 	}
 }
 
 func BenchmarkDecisionLogAdd(b *testing.B) {
 	l := NewDecisionLog(LogConfig{})
 	cands := make([]Candidate, 8)
-	d := &Decision{Time: time.Unix(100, 0), WorkerID: "w", Matched: 3, PromptBlocks: 8, RandomMatched: 1, Candidates: cands}
+	d := &Decision{Time: time.Unix(100, 0), WorkerID: "w", Matched: 3, PromptBlocks: 8, RandomMatched: 1}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			l.Add(d)
+			l.Add(d, cands)
 		}
 	})
 }

@@ -36,7 +36,7 @@ func fixtureLog() *DecisionLog {
 		hit := 0.3 + 0.5*float64(i)/89
 		for k := range 4 {
 			l.Add(&Decision{Time: start.Add(time.Duration(i)*10*time.Second + time.Duration(k)*time.Second),
-				WorkerID: "vllm-a", Matched: uint32(hit * 40), PromptBlocks: 40, RandomMatched: 10 + float64(i%3)})
+				WorkerID: "vllm-a", Matched: uint32(hit * 40), PromptBlocks: 40, RandomMatched: 10 + float64(i%3)}, nil)
 		}
 	}
 	reasons := []string{"cache", "cache", "load", "guard", "sampled", "cache"}
@@ -51,7 +51,7 @@ func fixtureLog() *DecisionLog {
 		l.Add(&Decision{Time: fixtureNow.Add(time.Duration(i-6) * time.Second), Model: "llama-3-8b",
 			RequestID: fmt.Sprintf("req-%04d", 7000+i), WorkerID: chosen.WorkerID, DPRank: chosen.DPRank,
 			Reason: reasons[i], Matched: chosen.Matched, PromptBlocks: 32, RandomMatched: 10.5,
-			Cost: chosen.Cost, Candidates: cands})
+			Cost: chosen.Cost}, cands)
 	}
 	return l
 }

@@ -47,8 +47,8 @@ func TestPageHeadersAndMethods(t *testing.T) {
 func TestPageEscapes(t *testing.T) {
 	evil := `<script>alert(1)</script>`
 	l := NewDecisionLog(LogConfig{})
-	l.Add(&Decision{Time: fixtureNow, WorkerID: evil, RequestID: evil, Model: evil, RandomMatched: -1,
-		Candidates: []Candidate{{WorkerID: evil}}})
+	l.Add(&Decision{Time: fixtureNow, WorkerID: evil, RequestID: evil, Model: evil, RandomMatched: -1},
+		[]Candidate{{WorkerID: evil}})
 	h := NewHandler(PageConfig{Log: l, Now: func() time.Time { return fixtureNow },
 		Source: SourceFunc(func() []Rank {
 			return []Rank{{Worker: evil, Model: evil, Problems: []Problem{{Reason: evil, Detail: evil}}}}
