@@ -175,3 +175,21 @@ func TestConfigLimits(t *testing.T) {
 		t.Fatalf("two workers over max_workers 1: %v; want an error naming max_workers", err)
 	}
 }
+
+// --version prints the build (the module's version and VCS revision when
+// built plainly, the -X version when set) and exits 0.
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(binary, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "kvrouter ") || !strings.Contains(string(out), " go1.") {
+		t.Fatalf("kvrouter --version: %v %q; want kvrouter <version> ... go1.x", err, out)
+	}
+	tagged := filepath.Join(t.TempDir(), "kvrouter")
+	build := exec.Command("go", "build", "-o", tagged, "-ldflags", "-X github.com/kvrouter/kvrouter/internal/app.version=v9.8.7", ".")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build with -X: %v\n%s", err, b)
+	}
+	out, err = exec.Command(tagged, "--version", "--config", "/no/such/file").Output()
+	if err != nil || !strings.HasPrefix(string(out), "kvrouter v9.8.7") {
+		t.Fatalf("-X build --version: %v %q; want kvrouter v9.8.7 (and the config file not read)", err, out)
+	}
+}

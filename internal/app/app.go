@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -23,8 +24,9 @@ import (
 )
 
 // Module wires a feature into an App. New calls each after the gRPC
-// server, the HTTP mux and the metrics registry exist and before anything
-// listens: it registers services, handlers, listeners and phase hooks. A
+// server, the HTTP mux and the metrics registry exist and the gRPC and
+// HTTP listeners are bound, before anything serves: it registers
+// services, handlers, listeners and phase hooks. A
 // feature its Config leaves off returns nil having done nothing.
 type Module func(a *App) error
 
@@ -103,7 +105,7 @@ func New(cfg Config) (*App, error) {
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfoCollector(BuildVersion()))
 	if err := a.build(); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	return a, nil
@@ -134,19 +136,28 @@ func (a *App) build() error {
 	if err := a.buildServers(); err != nil {
 		return err
 	}
+	if err := a.listen(); err != nil {
+		return err
+	}
 	for _, m := range append(modules(), a.cfg.Modules...) {
 		if err := m(a); err != nil {
-			a.closeListeners()
 			return err
 		}
 	}
-	return a.listen()
+	return nil
 }
 
-// Close releases what New took (the listeners, the state directory's
-// lock, the NATS connection) when Run is not called.
+// Close releases what New took (the listeners, handed over or bound, the
+// state directory's lock, the NATS connection) when Run is not called.
 func (a *App) Close() {
 	a.closeListeners()
+	if len(a.listeners) == 0 { // New failed before taking them over
+		for _, l := range []net.Listener{a.cfg.GRPCListener, a.cfg.HTTPListener} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
 	a.close()
 }
 

@@ -100,8 +100,8 @@ func DefaultConfig() Config {
 // RegisterFlags binds c's fields to flags of fs, c's values the defaults:
 // the router's own, then each package's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz (and /debug/pprof/ with --pprof); loopback by default, :9090 exposes it")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (fd:N: the listening socket inherited as descriptor N)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address for /metrics, /healthz (and /debug/pprof/ with --pprof); loopback by default, :9090 exposes it (fd:N: an inherited socket)")
 	fs.BoolVar(&c.PProf, "pprof", c.PProf, "serve /debug/pprof/ on the HTTP listener")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")

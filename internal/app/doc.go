@@ -21,7 +21,8 @@
 // kvrouter_build_info), the state directory (locked), the NATS connection,
 // the kvrouter.v1 server, the gRPC server (TLS, token interceptors,
 // services, health, reflection) and the HTTP mux (/metrics, /healthz,
-// pprof); then it calls every Module, then binds the listeners. Run then:
+// pprof); then it binds the gRPC and HTTP listeners and calls every
+// Module. Run then:
 //
 //  1. serves every listener, health NOT_SERVING; hooks of PhaseListening;
 //  2. restores the index (persist.Keeper: the state directory's snapshot,
@@ -40,8 +41,8 @@
 //
 // A feature lives in a file of its own here (epp.go, discovery.go,
 // status.go, tokenizer.go) holding a Module: func(*App) error, listed in
-// modules() (app.go). New calls it after the servers are built and before
-// they listen. From it:
+// modules() (app.go). New calls it after the servers are built and bound,
+// before they serve. From it:
 //
 //   - GRPCServer(): register gRPC services (before Run serves);
 //   - Mux(): add HTTP handlers (e.g. /status) on the HTTP listener;

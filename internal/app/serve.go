@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -82,17 +85,17 @@ func (a *App) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // listen binds the gRPC and HTTP addresses, or takes the listeners the
-// Config hands over, and adds both servers to the listeners.
+// Config hands over, and puts both servers first in the listeners.
 func (a *App) listen() error {
 	glis, hlis := a.cfg.GRPCListener, a.cfg.HTTPListener
 	var err error
 	if glis == nil {
-		if glis, err = net.Listen("tcp", a.cfg.GRPCAddr); err != nil {
+		if glis, err = Listen(a.cfg.GRPCAddr); err != nil {
 			return fmt.Errorf("grpc listen %s: %w", a.cfg.GRPCAddr, err)
 		}
 	}
 	if hlis == nil {
-		if hlis, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
+		if hlis, err = Listen(a.cfg.HTTPAddr); err != nil {
 			glis.Close()
 			return fmt.Errorf("http listen %s: %w", a.cfg.HTTPAddr, err)
 		}
@@ -103,6 +106,28 @@ func (a *App) listen() error {
 		{Name: "http", Listener: hlis, Serve: httpSrv.Serve, Shutdown: httpSrv.Shutdown},
 	}, a.listeners...)
 	return nil
+}
+
+// Listen binds a TCP address, or, for "fd:N", takes the listening socket
+// inherited as file descriptor N: a parent process (a test harness) binds
+// 127.0.0.1:0 itself and hands the socket over, so no port is picked free
+// and then lost to another socket before the router binds it.
+func Listen(addr string) (net.Listener, error) {
+	fd, ok := strings.CutPrefix(addr, "fd:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	n, err := strconv.Atoi(fd)
+	if err != nil || n < 3 {
+		return nil, fmt.Errorf("%q: want fd:N, N an inherited descriptor >= 3", addr)
+	}
+	f := os.NewFile(uintptr(n), "listener-"+fd)
+	defer f.Close() // FileListener holds a duplicate
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%q: not a listening socket: %w", addr, err)
+	}
+	return l, nil
 }
 
 // stopGRPC gives in-flight RPCs until ctx is done to finish, then closes
