@@ -70,50 +70,41 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func freeAddr() (string, error) {
-	p, err := FreePort()
-	if err != nil {
-		return "", err
+// handOver returns the router's flag value for *addr: *addr itself, or,
+// when it is empty, "fd:N" for a loopback socket bound here and appended
+// to files (the child's descriptor 3 onwards), *addr set to its address.
+func handOver(addr *string, files *[]*os.File) (string, error) {
+	if *addr != "" {
+		return *addr, nil
 	}
-	return "127.0.0.1:" + strconv.Itoa(p), nil
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("router listener: %w", err)
+	}
+	defer l.Close() // the file is a duplicate
+	f, err := l.(*net.TCPListener).File()
+	if err != nil {
+		return "", fmt.Errorf("router listener: %w", err)
+	}
+	*files = append(*files, f)
+	*addr = l.Addr().String()
+	return fmt.Sprintf("fd:%d", 2+len(*files)), nil
 }
 
-// portAttempts bounds StartRouter's retries when a port it picked was taken
-// between FreePort's close and the router's bind.
-const portAttempts = 3
-
-// StartRouter starts the router and waits until its gRPC API answers. When
-// cfg leaves an address empty, the free port picked for it can be taken by
-// another socket (an outgoing connection's ephemeral port) before the router
-// binds it; a router that exits during start saying "address already in use"
-// is then started again on newly picked ports, up to portAttempts times.
+// StartRouter starts the router and waits until its gRPC API answers.
 func StartRouter(ctx context.Context, cfg RouterConfig) (*Router, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
 	}
-	picked := cfg.GRPCAddr == "" || cfg.HTTPAddr == ""
-	out := cfg.Log
-	if out == nil {
-		out = io.Discard
+	r, err := LaunchRouter(cfg)
+	if err != nil {
+		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		tail := &tailWriter{w: out}
-		c := cfg
-		c.Log = tail
-		r, err := LaunchRouter(c)
-		if err != nil {
-			return nil, err
-		}
-		err = r.WaitAnswering(ctx, cfg.StartTimeout)
-		if err == nil {
-			return r, nil
-		}
-		exited := r.exitedEarly()
+	if err := r.WaitAnswering(ctx, cfg.StartTimeout); err != nil {
 		r.Stop()
-		if !picked || attempt == portAttempts || !exited || !tail.contains("address already in use") {
-			return nil, err
-		}
+		return nil, err
 	}
+	return r, nil
 }
 
 // exitedEarly reports whether the process has exited (before any Stop).
@@ -153,8 +144,10 @@ func (t *tailWriter) contains(s string) bool {
 
 // LaunchRouter starts the router process and connects a client without
 // waiting for it to answer: a caller timing its start polls Health or
-// WaitAnswering itself. Empty addresses in cfg are replaced by free loopback
-// ports; pass the same addresses again to restart a router where it was.
+// WaitAnswering itself. For an empty address in cfg LaunchRouter binds a
+// loopback port itself and hands the socket to the router (--grpc-addr
+// fd:N), so no other socket can take the port in between; Router's
+// addresses say which. Pass them again to restart a router where it was.
 func LaunchRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.Bin == "" {
 		cfg.Bin = "bin/kvrouter"
@@ -165,20 +158,23 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 	if _, err := os.Stat(cfg.Bin); err != nil {
 		return nil, fmt.Errorf("router binary: %w (run `make build` or pass the path)", err)
 	}
-	var err error
-	if cfg.GRPCAddr == "" {
-		if cfg.GRPCAddr, err = freeAddr(); err != nil {
-			return nil, err
+	var inherited []*os.File
+	defer func() {
+		for _, f := range inherited {
+			f.Close() // the router holds its own copy
 		}
+	}()
+	grpcArg, err := handOver(&cfg.GRPCAddr, &inherited)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.HTTPAddr == "" {
-		if cfg.HTTPAddr, err = freeAddr(); err != nil {
-			return nil, err
-		}
+	httpArg, err := handOver(&cfg.HTTPAddr, &inherited)
+	if err != nil {
+		return nil, err
 	}
 	args := append([]string{
-		"--grpc-addr", cfg.GRPCAddr,
-		"--http-addr", cfg.HTTPAddr,
+		"--grpc-addr", grpcArg,
+		"--http-addr", httpArg,
 		"--block-size", strconv.Itoa(cfg.BlockSize),
 	}, cfg.Args...)
 	var tmpState string
@@ -189,6 +185,7 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 		args = append(args, "--state-dir", tmpState)
 	}
 	cmd := exec.Command(cfg.Bin, args...)
+	cmd.ExtraFiles = inherited
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/cluster"
 )
 
 // TestClusterConfig: the nats: section and replica_id of the YAML file, the
@@ -31,13 +32,13 @@ replica_id: router-1
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := NATSConfig{URL: "nats://n1:4222,nats://n2:4222", CredsFile: "/etc/kvrouter/nats.creds",
-		TLS: NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3, ShareLoad: false}
-	if c.NATS != want || c.ReplicaID != "router-2" {
-		t.Fatalf("nats %+v, replica_id %q; want %+v, router-2 (the flag over the file)", c.NATS, c.ReplicaID, want)
+	want := cluster.NATSOptions{URL: "nats://n1:4222,nats://n2:4222", CredsFile: "/etc/kvrouter/nats.creds",
+		TLS: cluster.NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3, ShareLoad: false}
+	if c.Cluster.NATS != want || c.Cluster.ReplicaID != "router-2" {
+		t.Fatalf("nats %+v, replica_id %q; want %+v, router-2 (the flag over the file)", c.Cluster.NATS, c.Cluster.ReplicaID, want)
 	}
-	if !replicaIDRE.MatchString(defaultReplicaID()) {
-		t.Fatalf("default replica id %q is not a subject token", defaultReplicaID())
+	if !cluster.ValidReplicaID(cluster.DefaultReplicaID()) {
+		t.Fatalf("default replica id %q is not a subject token", cluster.DefaultReplicaID())
 	}
 	for _, tc := range []struct {
 		args []string
@@ -58,32 +59,5 @@ replica_id: router-1
 	// Without --nats-url none of it is looked at.
 	if _, err := loadConfig([]string{"--replica-id", "a.b"}, io.Discard); err != nil {
 		t.Fatalf("single-router mode checked replica_id: %v", err)
-	}
-}
-
-// TestRetryWhileRemoving: a registration refused while the id's old
-// subscriptions stop is made again; any other refusal is final, and the
-// wait ends when the node closes.
-func TestRetryWhileRemoving(t *testing.T) {
-	removing := errors.New(`worker.kv_events_endpoint: ingest: worker "w" is still being removed (a stopped subscription is finishing a write); try again`)
-	calls := 0
-	err := retryWhileRemoving(nil, time.Minute, func() error {
-		if calls++; calls < 3 {
-			return removing
-		}
-		return nil
-	})
-	if err != nil || calls != 3 {
-		t.Fatalf("retried register: %v after %d calls, want nil after 3", err, calls)
-	}
-	calls = 0
-	other := errors.New("worker.endpoint: bad")
-	if err := retryWhileRemoving(nil, time.Minute, func() error { calls++; return other }); err != other || calls != 1 {
-		t.Fatalf("other refusal: %v after %d calls, want it after 1", err, calls)
-	}
-	done := make(chan struct{})
-	close(done)
-	if err := retryWhileRemoving(done, time.Minute, func() error { return removing }); err != removing {
-		t.Fatalf("closed node: %v, want the refusal", err)
 	}
 }

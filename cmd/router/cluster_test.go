@@ -23,6 +23,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/internal/app"
 	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 )
@@ -264,7 +265,7 @@ func TestClusterNATSOutage(t *testing.T) {
 
 func clusterHealth(t *testing.T, r *router) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
-	resp, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Check(ctx10(t), &healthpb.HealthCheckRequest{Service: clusterHealthService})
+	resp, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Check(ctx10(t), &healthpb.HealthCheckRequest{Service: app.ClusterHealthService})
 	if err != nil {
 		t.Fatal(err)
 	}

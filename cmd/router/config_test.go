@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/internal/app"
+	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
@@ -62,8 +64,8 @@ func TestConfigPartialTierWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (TierWeights{Device: 1, Host: 0.5, Disk: 0.25}); cfg.TierWeights != want {
-		t.Fatalf("tier weights %+v; want %+v", cfg.TierWeights, want)
+	if want := (scoring.TierWeights{Device: 1, Host: 0.5, Disk: 0.25}); cfg.Scoring.TierWeights != want {
+		t.Fatalf("tier weights %+v; want %+v", cfg.Scoring.TierWeights, want)
 	}
 }
 
@@ -115,7 +117,7 @@ func TestFlagDefaults(t *testing.T) {
 		"nats-connect-timeout":      "5s",
 		"nats-replicas":             "1",
 		"nats-share-load":           "true",
-		"replica-id":                defaultReplicaID(),
+		"replica-id":                cluster.DefaultReplicaID(),
 		"pprof":                     "false",
 		"predict":                   "true",
 		"prediction-capacity":       "8192",
@@ -134,39 +136,17 @@ func TestFlagDefaults(t *testing.T) {
 		"tls-cert":                  "",
 		"tls-client-ca":             "",
 		"tls-key":                   "",
+		"version":                   "false",
 	}
 	t.Setenv("XDG_STATE_HOME", "/xdg/state")
 	var path string
-	c := defaultConfig()
-	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
-	bindFlags(fs, &c, &path)
+	var version bool
+	c := app.DefaultConfig()
+	fs := newFlagSet(&c, &path, &version)
 	got := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { got[f.Name] = f.DefValue })
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("flag defaults %v; want %v", got, want)
-	}
-}
-
-// Left at its defaults, the router configures scoring with scoring's own
-// defaults.
-func TestDefaultScoringConfig(t *testing.T) {
-	c := defaultConfig()
-	idx := radix.New(radix.Config{})
-	got, want := c.scoringConfig(idx), scoring.DefaultConfig()
-	if got.Index != idx {
-		t.Fatal("index not passed on")
-	}
-	if *got.TierWeights != *want.TierWeights {
-		t.Fatalf("tier weights %v; want %v", *got.TierWeights, *want.TierWeights)
-	}
-	got.Index, got.TierWeights, want.TierWeights = nil, nil, nil
-	// DefaultConfig also sets scoring's unexported fields, which the router
-	// leaves zero for New to fill in; compare the exported ones.
-	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
-	for i := range gv.NumField() {
-		if f := gv.Type().Field(i); f.IsExported() && !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
-			t.Errorf("%s = %v; scoring's default is %v", f.Name, gv.Field(i), wv.Field(i))
-		}
 	}
 }
 
@@ -183,7 +163,7 @@ func TestConfigLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := cfg.scoringConfig(radix.New(radix.Config{}))
+	sc := cfg.Scoring.Config(radix.New(radix.Config{}))
 	if sc.MaxMMItems != 8 || sc.MaxRequestIDBytes != 64 || sc.MaxActiveRequests != 500 || sc.MaxWorkers != 30 {
 		t.Fatalf("scoring limits %d %d %d %d; want 8 64 500 30", sc.MaxMMItems, sc.MaxRequestIDBytes, sc.MaxActiveRequests, sc.MaxWorkers)
 	}
@@ -193,5 +173,23 @@ func TestConfigLimits(t *testing.T) {
 	}
 	if _, err := loadConfig([]string{"--config", path}, io.Discard); err == nil || !strings.Contains(err.Error(), "max_workers") {
 		t.Fatalf("two workers over max_workers 1: %v; want an error naming max_workers", err)
+	}
+}
+
+// --version prints the build (the module's version and VCS revision when
+// built plainly, the -X version when set) and exits 0.
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(binary, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "kvrouter ") || !strings.Contains(string(out), " go1.") {
+		t.Fatalf("kvrouter --version: %v %q; want kvrouter <version> ... go1.x", err, out)
+	}
+	tagged := filepath.Join(t.TempDir(), "kvrouter")
+	build := exec.Command("go", "build", "-o", tagged, "-ldflags", "-X github.com/kvrouter/kvrouter/internal/app.version=v9.8.7", ".")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build with -X: %v\n%s", err, b)
+	}
+	out, err = exec.Command(tagged, "--version", "--config", "/no/such/file").Output()
+	if err != nil || !strings.HasPrefix(string(out), "kvrouter v9.8.7") {
+		t.Fatalf("-X build --version: %v %q; want kvrouter v9.8.7 (and the config file not read)", err, out)
 	}
 }

@@ -1,5 +1,7 @@
 // Command kvrouter routes LLM inference requests to the worker whose KV cache
 // holds the longest prefix of the prompt. See the README for flags and the API.
+// It parses the flags and the config file, handles signals and runs
+// internal/app, which holds the router's wiring.
 package main
 
 import (
@@ -8,22 +10,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/kvrouter/kvrouter/internal/server"
+	"github.com/kvrouter/kvrouter/internal/app"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // the usage is printed
 		}
@@ -32,90 +29,62 @@ func main() {
 	}
 }
 
-func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return nil, fmt.Errorf("config: log_level %q: %w", cfg.LogLevel, err)
+// errVersion stops run after --version is printed.
+var errVersion = errors.New("version printed")
+
+// run starts the router and serves until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(args, stderr)
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stdout, app.BuildVersion())
+		return nil
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	if err != nil {
+		return err
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	a, err := app.New(cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
 }
 
-// run starts the router and serves until ctx is done, then drains and stops.
-// It listens first and answers health NOT_SERVING (and Unavailable to the
-// kvrouter.v1 services) while the state directory's snapshot is restored.
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := loadConfig(args, stderr)
-	if err != nil {
-		return err
+// loadConfig builds the configuration from defaults, the --config file and
+// the flags set in args: the flags are parsed twice, first to find
+// --config (and --version), then over the file's values.
+func loadConfig(args []string, stderr io.Writer) (app.Config, error) {
+	var path string
+	var version bool
+	scratch := app.DefaultConfig()
+	probe := newFlagSet(&scratch, &path, &version)
+	probe.SetOutput(io.Discard)
+	if err := probe.Parse(args); err != nil {
+		path = "" // reported with the usage through the real flag set below
+	} else if version {
+		return app.Config{}, errVersion
 	}
-	log, err := newLogger(cfg, stderr)
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	st, err := openStore(cfg, log, reg)
-	if err != nil {
-		return err
-	}
-	var store server.RegistryStore
-	if st != nil {
-		defer st.Close()
-		store = registryStore{st.Registry()}
-	}
-	cm, err := connectCluster(cfg, log, reg)
-	if err != nil {
-		return err
-	}
-	scfg := server.Config{Logger: log, Registerer: reg, Store: store}
-	if cm != nil {
-		defer cm.close(log)
-		scfg.Store = clusterRegistry{cm}
-		if cfg.NATS.ShareLoad {
-			scfg.MarkSync = cm.node.Sync
+	cfg := app.DefaultConfig()
+	if path != "" {
+		if err := cfg.ReadFile(path); err != nil {
+			return app.Config{}, err
 		}
 	}
-	srv, err := server.New(scfg)
-	if err != nil {
-		return err
+	fs := newFlagSet(&cfg, &path, &version)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return app.Config{}, err
 	}
-	s, err := listen(cfg, srv, reg, log)
-	if err != nil {
-		return err
+	if fs.NArg() > 0 {
+		return app.Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	errc := s.serve()
-	log.Info("kvrouter listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(),
-		"block_size", cfg.BlockSize, "workers", len(cfg.Workers), "predict", cfg.Predict,
-		"tier_weights", strings.TrimSpace(cfg.TierWeights.String()), "state_dir", cfg.StateDir)
+	return cfg, cfg.Validate()
+}
 
-	if cm != nil {
-		cm.serveHealth(s.health)
-	}
-	b, err := startBackend(cfg, st, cm, srv, reg, log)
-	if err != nil {
-		s.drain(cfg.DrainTimeout, log)
-		return err
-	}
-	defer b.close(log)
-	b.waitCaughtUp(ctx, cfg.CatchUpWait, log)
-	s.setServing()
-	stopSnapshots := b.snapshotEvery(ctx, cfg.SnapshotInterval, log)
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
-	case serveErr = <-errc:
-		log.Error("server failed", "err", serveErr)
-	}
-	s.drain(cfg.DrainTimeout, log)
-	stopSnapshots()
-	b.finalSnapshot(log)
-	log.Info("stopped")
-	return serveErr
+// newFlagSet is the command's flags: --config, --version and c's.
+func newFlagSet(c *app.Config, path *string, version *bool) *flag.FlagSet {
+	fs := flag.NewFlagSet("kvrouter", flag.ContinueOnError)
+	fs.StringVar(path, "config", "", "YAML config file (flags override it)")
+	fs.BoolVar(version, "version", false, "print the version and exit")
+	c.RegisterFlags(fs)
+	return fs
 }

@@ -327,8 +327,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.BlockSize != 64 || cfg.PrefillWeight != 3 || cfg.GRPCAddr != ":50051" {
-		t.Fatalf("got block_size %d prefill_weight %v grpc_addr %q; want 64 (flag), 3 (file), :50051 (default)", cfg.BlockSize, cfg.PrefillWeight, cfg.GRPCAddr)
+	if cfg.Scoring.BlockSize != 64 || cfg.Scoring.PrefillWeight != 3 || cfg.GRPCAddr != ":50051" {
+		t.Fatalf("got block_size %d prefill_weight %v grpc_addr %q; want 64 (flag), 3 (file), :50051 (default)", cfg.Scoring.BlockSize, cfg.Scoring.PrefillWeight, cfg.GRPCAddr)
 	}
 	if _, err := loadConfig([]string{"--tier-weights", "1,2"}, io.Discard); err == nil {
 		t.Fatal("--tier-weights with two values accepted")

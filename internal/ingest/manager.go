@@ -268,6 +268,14 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// Errors of Add, for errors.Is.
+var (
+	ErrRegistered = errors.New("already registered")
+	// ErrRemoving: the worker's previous subscriptions are still stopping;
+	// Add may be tried again.
+	ErrRemoving = errors.New("still being removed")
+)
+
 // Add starts following w: one subscription per rank. It fails if the worker
 // is already registered, an endpoint is invalid, or a bind fails.
 func (m *Manager) Add(w Worker) error {
@@ -290,10 +298,10 @@ func (m *Manager) Add(w Worker) error {
 		return errors.New("ingest: manager is closed")
 	}
 	if _, dup := m.workers[w.ID]; dup {
-		return fmt.Errorf("ingest: worker %q is already registered", w.ID)
+		return fmt.Errorf("ingest: worker %q is %w", w.ID, ErrRegistered)
 	}
 	if m.retiring[w.ID] {
-		return fmt.Errorf("ingest: worker %q is still being removed (a stopped subscription is finishing a write); try again", w.ID)
+		return fmt.Errorf("ingest: worker %q is %w (a stopped subscription is finishing a write); try again", w.ID, ErrRemoving)
 	}
 
 	ranks := make([]*rank, 0, w.DPSize)

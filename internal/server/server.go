@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
+
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -53,21 +53,17 @@ type Config struct {
 	MarkSync func(context.Context) error
 }
 
-// RegistryStore keeps registrations across restarts. Put and Delete return
-// after the change is durable (written and synced): the RPC that made the
-// change answers only then.
-type RegistryStore interface {
-	Put(w *kvrouterv1.Worker, source Source) error
-	Delete(id string) error
-}
+// RegistryStore keeps registrations across restarts (see fleet.Store).
+type RegistryStore = fleet.Store
 
-// Source is where a registration came from.
-type Source string
+// Source is where a registration came from (see fleet.Source).
+type Source = fleet.Source
 
 // Sources of registrations.
 const (
-	SourceConfig Source = "config" // the YAML file
-	SourceAPI    Source = "api"    // Registry/RegisterWorker
+	SourceConfig    = fleet.SourceConfig
+	SourceAPI       = fleet.SourceAPI
+	SourceDiscovery = fleet.SourceDiscovery
 )
 
 // Server implements the kvrouter.v1 Router and Registry services.
@@ -75,10 +71,11 @@ type Server struct {
 	kvrouterv1.UnimplementedRouterServer
 	kvrouterv1.UnimplementedRegistryServer
 
-	// router and ingest are set once, before ready is: a call that finds
-	// ready set may use them.
+	// router, ingest and fleet are set once, before ready is: a call
+	// that finds ready set may use them.
 	router   *scoring.Router
 	ingest   *ingest.Manager
+	fleet    *fleet.Fleet
 	ready    atomic.Bool
 	store    RegistryStore
 	markSync func(context.Context) error
@@ -91,14 +88,6 @@ type Server struct {
 	// codec decodes the next request into, so an 8,192-token Route
 	// allocates no 32 KiB token slice.
 	requests sync.Pool
-
-	mu      sync.Mutex // serializes registry changes
-	workers map[string]registration
-}
-
-type registration struct {
-	w      *kvrouterv1.Worker
-	source Source
 }
 
 // New returns a Server for cfg.
@@ -115,7 +104,6 @@ func New(cfg Config) (*Server, error) {
 		markSync: cfg.MarkSync,
 		reg:      cfg.Registerer,
 		log:      log,
-		workers:  make(map[string]registration),
 	}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
@@ -145,7 +133,16 @@ func (s *Server) Start(router *scoring.Router, ing *ingest.Manager, index *radix
 			return fmt.Errorf("server: %w", err)
 		}
 	}
-	s.router, s.ingest = router, ing
+	f, err := fleet.New(fleet.Config{
+		Router: router, Ingest: ing, Store: s.store, Logger: s.log,
+		OnReject: s.metrics.reject,
+		OnChange: func(n int) { s.metrics.workers.Set(float64(n)) },
+		OnForget: s.metrics.forgetWorker,
+	})
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	s.router, s.ingest, s.fleet = router, ing, f
 	s.ready.Store(true)
 	return nil
 }
@@ -313,6 +310,8 @@ func (s *Server) marked(ctx context.Context, err error) (*kvrouterv1.Ack, error)
 
 // RegisterWorker validates and adds a worker, and starts following its
 // events. It answers after the registration is durable (see Config.Store).
+// An id already registered is refused (InvalidArgument), whatever its
+// source: the API creates, it does not replace.
 func (s *Server) RegisterWorker(_ context.Context, req *kvrouterv1.RegisterWorkerRequest) (*kvrouterv1.RegisterWorkerResponse, error) {
 	if err := s.Register(req.GetWorker(), SourceAPI, true); err != nil {
 		return nil, err
@@ -320,180 +319,14 @@ func (s *Server) RegisterWorker(_ context.Context, req *kvrouterv1.RegisterWorke
 	return &kvrouterv1.RegisterWorkerResponse{}, nil
 }
 
-// Register validates and adds a worker from source; with store, the
-// registration is written to the store before Register returns (a worker
-// restored from the store at start-up is registered without). Errors are
-// gRPC statuses naming the offending field. The registry holds at most the
-// router's MaxWorkers workers (ResourceExhausted past it), each of at most
-// kv.MaxDPSize ranks.
+// Register is fleet.Fleet.Register with its error as a gRPC status.
 func (s *Server) Register(w *kvrouterv1.Worker, source Source, store bool) error {
-	if w != nil && w.DpSize > kv.MaxDPSize {
-		s.metrics.reject(scoring.LimitDPSize) // validate's error names it
-	}
-	if err := validate(w); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.workers[w.WorkerId]; ok {
-		return status.Errorf(codes.InvalidArgument, "worker.worker_id %q is already registered", w.WorkerId)
-	}
-	// Before follow: a registration past the limit starts no subscription.
-	if limit := s.router.Limits().MaxWorkers; len(s.workers) >= limit {
-		s.metrics.reject(scoring.LimitWorkers)
-		return status.Errorf(codes.ResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.WorkerId, len(s.workers))
-	}
-	if err := s.follow(w); err != nil {
-		return err
-	}
-	stored := cloneWorker(w)
-	stored.DpSize = max(w.DpSize, 1)
-	if store && s.store != nil {
-		if err := s.store.Put(stored, source); err != nil {
-			s.unfollow(w)
-			return storeError(err)
-		}
-	}
-	s.workers[w.WorkerId] = registration{w: stored, source: source}
-	s.metrics.workers.Set(float64(len(s.workers)))
-	s.log.Info("worker registered", "worker", w.WorkerId, "model", w.Model, "dp_size", stored.DpSize,
-		"kv_events_endpoint", w.KvEventsEndpoint, "replay_endpoint", w.ReplayEndpoint, "source", source)
-	return nil
+	return s.fleetError(s.fleet.Register(w, source, store))
 }
 
-// follow starts a worker's event subscriptions and makes it a candidate.
-func (s *Server) follow(w *kvrouterv1.Worker) error {
-	dp := int(max(w.DpSize, 1))
-	// Events first: a worker whose subscription cannot start is never a
-	// candidate, not even for the Routes that would run before a rollback.
-	if w.KvEventsEndpoint != "" {
-		err := s.ingest.Add(ingest.Worker{
-			ID: w.WorkerId, Model: w.Model, KVEndpoint: w.KvEventsEndpoint,
-			ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic, DPSize: dp,
-		})
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "worker.kv_events_endpoint: %v", err)
-		}
-	}
-	if err := s.router.AddWorker(scoring.Worker{
-		ID: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint, DPSize: dp,
-		Approximate: w.KvEventsEndpoint == "",
-	}); err != nil {
-		if w.KvEventsEndpoint != "" {
-			if rerr := s.ingest.Remove(w.WorkerId); rerr != nil {
-				s.log.Warn("rolling back a registration", "worker", w.WorkerId, "err", rerr)
-			}
-		}
-		return s.fail(err)
-	}
-	return nil
-}
-
-// unfollow undoes follow: stops the subscriptions, drops blocks and load.
-func (s *Server) unfollow(w *kvrouterv1.Worker) {
-	if w.KvEventsEndpoint != "" {
-		// Remove forgets the worker even when stopping its subscriptions
-		// fails, so the router forgets it too: failing here would leave a
-		// worker that no later UnregisterWorker could remove.
-		if err := s.ingest.Remove(w.WorkerId); err != nil {
-			s.log.Warn("stop following worker", "worker", w.WorkerId, "err", err)
-		}
-	}
-	s.router.RemoveWorker(w.WorkerId)
-}
-
-func cloneWorker(w *kvrouterv1.Worker) *kvrouterv1.Worker {
-	return &kvrouterv1.Worker{
-		WorkerId: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint,
-		KvEventsEndpoint: w.KvEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
-		DpSize: w.DpSize, BlockSize: w.BlockSize, Topic: w.Topic,
-	}
-}
-
-// validate checks a registration's fields; each error names the field.
-func validate(w *kvrouterv1.Worker) error {
-	bad := func(format string, args ...any) error {
-		return status.Errorf(codes.InvalidArgument, format, args...)
-	}
-	switch {
-	case w == nil:
-		return bad("worker is missing")
-	case strings.TrimSpace(w.WorkerId) == "":
-		return bad("worker.worker_id is empty")
-	case strings.TrimSpace(w.Model) == "":
-		return bad("worker.model is empty")
-	case w.DpSize > kv.MaxDPSize:
-		return bad("worker.dp_size %d is over the limit of %d", w.DpSize, kv.MaxDPSize)
-	}
-	if w.Endpoint != "" {
-		if err := validateServingEndpoint(w.Endpoint); err != nil {
-			return bad("worker.endpoint %q: %v", w.Endpoint, err)
-		}
-	}
-	if w.ReplayEndpoint != "" && w.KvEventsEndpoint == "" {
-		return bad("worker.replay_endpoint is set without worker.kv_events_endpoint")
-	}
-	last := int(max(w.DpSize, 1)) - 1
-	if w.KvEventsEndpoint != "" {
-		if err := checkRankEndpoints(w.KvEventsEndpoint, last, false); err != nil {
-			return bad("worker.kv_events_endpoint %q: %v", w.KvEventsEndpoint, err)
-		}
-	}
-	if w.ReplayEndpoint != "" {
-		if err := checkRankEndpoints(w.ReplayEndpoint, last, true); err != nil {
-			return bad("worker.replay_endpoint %q: %v", w.ReplayEndpoint, err)
-		}
-	}
-	return nil
-}
-
-// checkRankEndpoints checks that ranks 0..last of ep are endpoints ingest can
-// use, so that an error names the right field before ingest starts. A replay
-// endpoint is always dialled (the engine binds it).
-func checkRankEndpoints(ep string, last int, replay bool) error {
-	for _, r := range []int{0, last} {
-		s, err := ingest.RankEndpoint(ep, r)
-		if err != nil {
-			return err
-		}
-		if replay {
-			if strings.HasPrefix(s, "@") {
-				return errors.New("the engine binds its replay socket; the router cannot")
-			}
-			s = ">" + strings.TrimPrefix(s, ">")
-		}
-		if _, err := ingest.ParseEndpoint(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// validateServingEndpoint accepts host:port or a URL with a host.
-func validateServingEndpoint(ep string) error {
-	if strings.Contains(ep, "://") {
-		u, err := url.Parse(ep)
-		if err != nil {
-			return err
-		}
-		if u.Host == "" {
-			return errors.New("URL has no host")
-		}
-		return nil
-	}
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil {
-		return fmt.Errorf("want host:port or a URL: %w", err)
-	}
-	if host == "" || port == "" {
-		return errors.New("want host:port or a URL")
-	}
-	return nil
-}
-
-// UnregisterWorker stops following a worker and drops its blocks and load.
-// It answers after the removal is durable: a removal the store could not
-// save leaves the worker registered.
+// UnregisterWorker stops following a worker and drops its blocks and load,
+// whatever its source. It answers after the removal is durable: a removal
+// the store could not save leaves the worker registered.
 func (s *Server) UnregisterWorker(_ context.Context, req *kvrouterv1.UnregisterWorkerRequest) (*kvrouterv1.UnregisterWorkerResponse, error) {
 	id := req.GetWorkerId()
 	if id == "" {
@@ -505,31 +338,40 @@ func (s *Server) UnregisterWorker(_ context.Context, req *kvrouterv1.UnregisterW
 	return &kvrouterv1.UnregisterWorkerResponse{}, nil
 }
 
-// Unregister removes worker id; with store, from the store first.
+// Unregister is fleet.Fleet.Unregister with its error as a gRPC status.
 func (s *Server) Unregister(id string, store bool) error {
-	s.mu.Lock()
-	reg, ok := s.workers[id]
-	if !ok {
-		s.mu.Unlock()
-		return status.Errorf(codes.NotFound, "worker_id %q is not registered", id)
+	return s.fleetError(s.fleet.Unregister(id, store))
+}
+
+// Fleet is the owner of the workers' lifecycle, set by Start (nil before):
+// the Registrar every other source of workers calls.
+func (s *Server) Fleet() *fleet.Fleet {
+	if !s.ready.Load() {
+		return nil
 	}
-	if store && s.store != nil {
-		if err := s.store.Delete(id); err != nil {
-			s.mu.Unlock()
-			return status.Errorf(codes.Unavailable, "registry not saved, worker still registered: %v", err)
-		}
+	return s.fleet
+}
+
+// fleetError is the gRPC status of a fleet error.
+func (s *Server) fleetError(err error) error {
+	code := codes.Internal
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fleet.ErrInvalid), errors.Is(err, fleet.ErrRegistered), errors.Is(err, fleet.ErrRemoving):
+		code = codes.InvalidArgument
+	case errors.Is(err, fleet.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, fleet.ErrOutranked):
+		code = codes.FailedPrecondition
+	case errors.Is(err, fleet.ErrFull):
+		code = codes.ResourceExhausted
+	case errors.Is(err, fleet.ErrStore):
+		code = codes.Unavailable
+	default:
+		return s.fail(err)
 	}
-	delete(s.workers, id)
-	s.metrics.workers.Set(float64(len(s.workers)))
-	s.mu.Unlock()
-	// Stopping the subscriptions can wait for a stuck rank (up to ingest's
-	// StopTimeout): not under the registry's lock, which every registry
-	// call takes. A registration of the same id meanwhile is refused by
-	// ingest ("still being removed") until the stop is over.
-	s.unfollow(reg.w)
-	s.metrics.forgetWorker(id)
-	s.log.Info("worker unregistered", "worker", id)
-	return nil
+	return status.Error(code, err.Error())
 }
 
 // ListWorkers pages: at most listPageSize entries (the default page size),
@@ -552,19 +394,15 @@ func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersReque
 	if size == 0 || size > listPageSize {
 		size = listPageSize
 	}
-	s.mu.Lock()
-	regs := make([]registration, 0, len(s.workers))
-	for _, r := range s.workers {
-		if (model == "" || r.w.Model == model) && (after == nil || r.w.WorkerId >= after.worker) {
-			regs = append(regs, r)
-		}
+	regs := s.fleet.List(model)
+	if after != nil {
+		regs = slices.DeleteFunc(regs, func(r fleet.Registration) bool { return r.Worker.WorkerId < after.worker })
 	}
-	s.mu.Unlock()
-	sort.Slice(regs, func(i, j int) bool { return regs[i].w.WorkerId < regs[j].w.WorkerId })
+	slices.SortFunc(regs, func(a, b fleet.Registration) int { return strings.Compare(a.Worker.WorkerId, b.Worker.WorkerId) })
 	out := &kvrouterv1.ListWorkersResponse{}
 	pageBytes := 0
 	for _, reg := range regs {
-		w := reg.w
+		w := reg.Worker
 		first := uint32(0)
 		if after != nil && w.WorkerId == after.worker {
 			first = after.rank + 1
@@ -577,7 +415,7 @@ func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersReque
 			st = s.ingest.Status(w.WorkerId)
 		}
 		for r := first; r < w.DpSize; r++ {
-			ent := &kvrouterv1.WorkerStatus{Worker: w, DpRank: r, Source: string(reg.source)}
+			ent := &kvrouterv1.WorkerStatus{Worker: w, DpRank: r, Source: string(reg.Source)}
 			for _, rs := range st {
 				if rs.DPRank != r {
 					continue

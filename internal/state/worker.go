@@ -11,8 +11,9 @@ type Source string
 
 // Sources.
 const (
-	SourceConfig Source = "config" // the YAML file
-	SourceAPI    Source = "api"    // Registry/RegisterWorker
+	SourceConfig    Source = "config"    // the YAML file
+	SourceAPI       Source = "api"       // Registry/RegisterWorker
+	SourceDiscovery Source = "discovery" // discovered (Kubernetes, DNS)
 )
 
 // Worker is one registered worker as the registry stores it.
@@ -36,8 +37,8 @@ func (w *Worker) validate() error {
 	if w.WorkerID == "" {
 		return errors.New("empty worker id")
 	}
-	if w.Source != SourceConfig && w.Source != SourceAPI {
-		return fmt.Errorf("source %q is neither %q nor %q", w.Source, SourceConfig, SourceAPI)
+	if w.Source != SourceConfig && w.Source != SourceAPI && w.Source != SourceDiscovery {
+		return fmt.Errorf("source %q is none of %q, %q, %q", w.Source, SourceConfig, SourceAPI, SourceDiscovery)
 	}
 	for _, f := range w.strings() {
 		if len(*f) > maxField {

@@ -1,6 +1,7 @@
-package server
+package fleet
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -39,7 +40,7 @@ func TestValidateEndpoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: tt.kv, ReplayEndpoint: tt.replay, DpSize: tt.dp}
-		err := validate(w)
+		err := Validate(w)
 		if tt.want == "" {
 			if err != nil {
 				t.Errorf("validate(kv %q, replay %q, dp %d) = %v", tt.kv, tt.replay, tt.dp, err)
@@ -47,8 +48,8 @@ func TestValidateEndpoints(t *testing.T) {
 			continue
 		}
 		field, text, _ := strings.Cut(tt.want, "|")
-		if err == nil || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), text) {
-			t.Errorf("validate(kv %q, replay %q, dp %d) = %v; want an error naming %s with %q", tt.kv, tt.replay, tt.dp, err, field, text)
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), text) {
+			t.Errorf("validate(kv %q, replay %q, dp %d) = %v; want an ErrInvalid naming %s with %q", tt.kv, tt.replay, tt.dp, err, field, text)
 		}
 	}
 }
