@@ -125,6 +125,9 @@ func (s *Server) route(req *kvrouterv1.RouteRequest, d *scoring.Decision) (*kvro
 		}
 		out.Candidates[i] = &cands[i]
 	}
+	if s.onDecision != nil {
+		s.onDecision(p.Model, req.GetRequestId(), d)
+	}
 	return out, nil
 }
 

@@ -88,6 +88,9 @@ type Server struct {
 	// codec decodes the next request into, so an 8,192-token Route
 	// allocates no 32 KiB token slice.
 	requests sync.Pool
+
+	// onDecision sees every Route decision (decisionhook.go).
+	onDecision DecisionHook
 }
 
 // New returns a Server for cfg.
