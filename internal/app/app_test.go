@@ -109,7 +109,7 @@ func TestAppExtensionPoints(t *testing.T) {
 	extra := listen(t)
 	bgStopped := make(chan struct{})
 	cfg.Modules = []Module{func(a *App) error {
-		a.Mux().HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "status page") })
+		a.Mux().HandleFunc("/ext", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "status page") })
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "extra") })}
 		a.AddListener(Listener{Name: "extra", Listener: extra, Serve: srv.Serve, Shutdown: srv.Shutdown})
 		a.OnPhase(PhaseListening, func(context.Context) error {
@@ -153,7 +153,7 @@ func TestAppExtensionPoints(t *testing.T) {
 	if strings.Join(got, " ") != "file-0/config pod-0/discovery" {
 		t.Fatalf("workers %v; want file-0/config pod-0/discovery", got)
 	}
-	if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/status"); code != 200 || body != "status page" {
+	if code, body := httpGet(t, "http://"+a.HTTPAddr()+"/ext"); code != 200 || body != "status page" {
 		t.Fatalf("/status: %d %q", code, body)
 	}
 	if code, body := httpGet(t, "http://"+extra.Addr().String()+"/"); code != 200 || body != "extra" {
@@ -239,7 +239,15 @@ func TestListenInherited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Listen(fmt.Sprintf("fd:%d", f.Fd()))
+	defer f.Close()
+	// Listen owns (and closes) the descriptor it is given: give it a
+	// duplicate, or f's finalizer closes the number again later, when a
+	// later test's socket may have it.
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Listen(fmt.Sprintf("fd:%d", fd))
 	if err != nil {
 		t.Fatal(err)
 	}
