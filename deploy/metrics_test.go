@@ -1,13 +1,17 @@
 package deploy_test
 
 import (
+	"io"
+	"net"
 	"regexp"
 	"sort"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvrouter/kvrouter/internal/app"
 	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 	"github.com/kvrouter/kvrouter/internal/ingest"
@@ -32,8 +36,6 @@ var pendingMetrics = []string{
 	// Tokenizer.
 	"kvrouter_tokenization_confirmed_total", // {model}
 	"kvrouter_tokenization_mismatched_total",
-	// Build.
-	"kvrouter_build_info", // {version, goversion}
 	// Ingest's per-rank state: names as assumed here, labels {worker, rank}.
 	"kvrouter_ingest_rank_inexact",  // gauge 0/1
 	"kvrouter_ingest_refused_total", // {reason}
@@ -77,9 +79,11 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// exportedMetrics builds the router's components on one registry, as
-// cmd/router does, and returns every metric name they register: the series
-// names a scrape can show (a histogram's _bucket, _sum and _count).
+// exportedMetrics returns every metric name the router registers: those an
+// App's registry gathers from the start, and those of its components built
+// on one recording registry (a vector shows in a scrape only once it has a
+// series, so these are read from the collectors' descriptions), as the
+// series names a scrape can show (a histogram's _bucket, _sum and _count).
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recorder{Registerer: prometheus.NewRegistry()}
@@ -114,7 +118,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	t.Cleanup(func() { node.Close() })
 	rec.MustRegister(status.NewCollector(status.SourceFunc(func() []status.Rank { return nil })))
 
-	out := map[string]bool{}
+	out := appMetrics(t)
 	for _, c := range rec.collectors {
 		_, hist := c.(prometheus.Histogram)
 		if _, ok := c.(*prometheus.HistogramVec); ok {
@@ -138,6 +142,49 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	}
 	if len(out) < 20 {
 		t.Fatalf("only %d metric names registered: %v", len(out), keys(out))
+	}
+	return out
+}
+
+// appMetrics builds an App, as cmd/router does (without running it), and
+// returns the names its registry gathers: what is reported from the start,
+// kvrouter_build_info, the Go and process collectors' among them.
+func appMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	cfg := app.DefaultConfig()
+	cfg.Persist.StateDir = t.TempDir()
+	cfg.LogOutput = io.Discard
+	for _, l := range []*net.Listener{&cfg.GRPCListener, &cfg.HTTPListener} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		*l = lis
+	}
+	a, err := app.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mfs, err := a.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, mf := range mfs {
+		switch mf.GetType() {
+		case dto.MetricType_HISTOGRAM:
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				out[mf.GetName()+s] = true
+			}
+		case dto.MetricType_SUMMARY:
+			out[mf.GetName()+"_sum"], out[mf.GetName()+"_count"], out[mf.GetName()] = true, true, true
+		default:
+			out[mf.GetName()] = true
+		}
+	}
+	if !out["kvrouter_build_info"] {
+		t.Fatalf("the App's registry gathers no kvrouter_build_info: %v", keys(out))
 	}
 	return out
 }
