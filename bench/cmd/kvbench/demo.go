@@ -192,6 +192,7 @@ Try it (in another terminal):
   grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Score
   grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Route
   curl -s http://%[4]s/metrics | grep '^kvrouter_'
+  status page (workers and ranks, routing gain, recent decisions): http://%[4]s/status
 (The token ids are the first 48 tokens of the trace's shared prefix, so every engine that served
 a request holds them.)
 `, g, model, strings.Join(ids, ","), local(be.http[0]))
