@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/scoring"
+	"github.com/kvrouter/kvrouter/internal/status"
 )
 
 // TestStatusPage: every App serves /status on its HTTP listener, listing
@@ -73,4 +76,21 @@ func TestStatusPage(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// BenchmarkStatusDecision is what the status page adds to each Route: the
+// hook copying a decision with the default 8 candidates into the log, from
+// every core at once.
+func BenchmarkStatusDecision(b *testing.B) {
+	p := &statusPage{decisions: status.NewDecisionLog(status.LogConfig{})}
+	d := &scoring.Decision{WorkerID: "w1", Matched: 30, PromptBlocks: 32, Cost: 4}
+	for i := range 8 {
+		d.Candidates = append(d.Candidates, scoring.Candidate{WorkerID: "w" + strconv.Itoa(i), Matched: uint32(30 - i), Cost: float64(4 + i)})
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p.decision("m", "req-1", d)
+		}
+	})
 }
