@@ -36,9 +36,10 @@ var pendingMetrics = []string{
 	// Tokenizer.
 	"kvrouter_tokenization_confirmed_total", // {model}
 	"kvrouter_tokenization_mismatched_total",
-	// Ingest's per-rank state: names as assumed here, labels {worker, rank}.
-	"kvrouter_ingest_rank_inexact",  // gauge 0/1
-	"kvrouter_ingest_refused_total", // {reason}
+	// Ingest's per-rank state, as the ingest change names it, labels
+	// {worker, dp_rank} like every kvrouter_ingest_ series.
+	"kvrouter_ingest_inexact",         // gauge 0/1
+	"kvrouter_ingest_capacity_blocks", // gauge, 0 while not known
 }
 
 // engineMetrics are the engines' own metrics the dashboard cites, as vLLM's

@@ -16,7 +16,7 @@ import (
 // statusModule serves the status page at /status on the HTTP listener,
 // beside /metrics and under the same access, and feeds its decision log
 // from the route path. It also exports the per-rank cached blocks the page
-// shows (kvrouter_rank_cached_blocks, kvrouter_rank_capacity_blocks).
+// shows (kvrouter_rank_cached_blocks).
 func statusModule(a *App) error {
 	if err := a.Metrics().Register(status.NewCollector(workerSource{srv: a.Server()})); err != nil {
 		return err

@@ -22,9 +22,6 @@ func TestCollector(t *testing.T) {
 # TYPE kvrouter_rank_cached_blocks gauge
 kvrouter_rank_cached_blocks{dp_rank="0",worker="w1"} 120
 kvrouter_rank_cached_blocks{dp_rank="1",worker="w1"} 7
-# HELP kvrouter_rank_capacity_blocks The bound on what a worker/rank can hold, in router blocks (reported once known).
-# TYPE kvrouter_rank_capacity_blocks gauge
-kvrouter_rank_capacity_blocks{dp_rank="0",worker="w1"} 4096
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
