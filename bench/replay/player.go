@@ -77,6 +77,9 @@ type PlayConfig struct {
 	// Concurrency bounds the choices (Route calls) in flight (default
 	// DefaultConcurrency). Choose must be safe for concurrent use.
 	Concurrency int
+	// OnTTFT, if set, is called with each request's simulated time to first
+	// token as it is known, from the engines' goroutines.
+	OnTTFT func(time.Duration)
 	// OnProgress, if set, is called about every ProgressEvery with the counts so far.
 	OnProgress    func(Progress)
 	ProgressEvery time.Duration
@@ -158,6 +161,9 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 				res.TTFT = append(res.TTFT, r.PrefillDone-j.arrival)
 				res.PromptTokens[w] += uint64(len(j.tokens))
 				mu.Unlock()
+				if cfg.OnTTFT != nil {
+					cfg.OnTTFT(r.PrefillDone - j.arrival)
+				}
 				go func(j job, finish time.Time) {
 					defer inflight.Done()
 					if j.routed && cfg.Router != nil {

@@ -16,7 +16,7 @@ import (
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/replay"
-	"github.com/kvrouter/kvrouter/bench/stats"
+	"github.com/kvrouter/kvrouter/bench/sweep"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
@@ -37,25 +37,44 @@ func loadDemoTrace(path string, limit, idTokens int, log *slog.Logger) ([]trace.
 	return trace.Parse(bytes.NewReader(demoTrace), limit)
 }
 
+// demoChat is a generated multi-turn chat trace (five minutes after a
+// two-minute warm-up, the generator's defaults otherwise) whose arrivals are
+// stretched so that its prefill work is load of what engines can do.
+func demoChat(engines int, prefillPerToken time.Duration, load float64) ([]trace.Request, error) {
+	if load <= 0 {
+		return nil, fmt.Errorf("demo: --load %v must be > 0", load)
+	}
+	tr, err := sweep.Generate("chat", "", 1, 5*time.Minute, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	reqs, _ := sweep.ScaleLoad(tr.Reqs, engines, prefillPerToken, load)
+	return reqs, nil
+}
+
 // runDemo starts the router and a few simulated engines and replays a trace
-// slice in a loop until ctx ends.
+// slice in a loop until ctx ends, and the same slice round-robin on a
+// second fleet, printing a line that compares the two every few seconds.
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	var (
-		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace")
-		slice     = fs.Int("requests", 300, "requests of the trace replayed per pass")
+		workload  = fs.String("workload", "chat", "chat: a generated multi-turn chat trace (kvbench gen --shape chat) at --load; trace: the first --requests of the Mooncake trace at its own pace")
+		load      = fs.Float64("load", 0.8, "with --workload chat: offered prefill load on the fleet (1: round-robin's capacity)")
+		tracePath = fs.String("trace", defaultTrace, "Mooncake JSONL trace, with --workload trace")
+		slice     = fs.Int("requests", 300, "requests of the trace replayed per pass, with --workload trace")
 		idTokens  = traceBlockTokens(fs)
 		engines   = fs.Int("engines", 4, "simulated engines")
-		capacity  = fs.Int("capacity", 4096, "cache capacity per engine, in 16-token blocks")
+		capacity  = fs.Int("capacity", 8192, "cache capacity per engine, in 16-token blocks")
 		speedUp   = fs.Float64("speed-up", 10, "replay speed-up over trace time")
 		routerBin = fs.String("router-bin", "bin/kvrouter", "router binary")
 		routerArg = fs.String("router-args", "", "extra router flags, space-separated")
 		grpcAddr  = fs.String("grpc-addr", ":50051", "router gRPC listen address")
 		httpAddr  = fs.String("http-addr", ":9090", "router HTTP listen address")
-		every     = fs.Duration("log-every", 5*time.Second, "summary interval")
+		every     = fs.Duration("log-every", 5*time.Second, "how often the comparison line is printed")
 		model     = fs.String("model", "bench-model", "model name the engines serve")
 		replicas  = fs.Int("replicas", 1, "routers; 2 or more start an embedded NATS server and run them in cluster mode (--nats-url), replica i on the gRPC and HTTP ports + i, behind a round-robin gateway")
 		natsPort  = fs.Int("nats-port", 0, "the embedded NATS server's port with --replicas (0: a random free port)")
+		compare   = fs.Bool("compare", true, "replay the same trace round-robin on a second, identical fleet and print both side by side")
 		tm        timeModel
 	)
 	tm.bind(fs)
@@ -63,17 +82,29 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	reqs, err := loadDemoTrace(findTrace(*tracePath), *slice, *idTokens, log)
+	var (
+		reqs []trace.Request
+		err  error
+	)
+	switch *workload {
+	case "chat":
+		reqs, err = demoChat(*engines, tm.prefill, *load)
+	case "trace":
+		reqs, err = loadDemoTrace(findTrace(*tracePath), *slice, *idTokens, log)
+	default:
+		err = fmt.Errorf("demo: --workload %q: want chat or trace", *workload)
+	}
 	if err != nil {
 		return err
 	}
 	if len(reqs) == 0 {
 		return errors.New("demo: empty trace slice")
 	}
-	fleet, err := replay.StartFleet(replay.FleetConfig{
+	fleetCfg := replay.FleetConfig{
 		Engines: *engines, Replay: true,
 		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode},
-	})
+	}
+	fleet, err := replay.StartFleet(fleetCfg)
 	if err != nil {
 		return err
 	}
@@ -93,87 +124,60 @@ func runDemo(ctx context.Context, args []string) error {
 	log.Info("demo running", "routers", len(be.grpc), "engines", *engines, "requests_per_pass", len(reqs))
 	printTryCommands(be, *model, reqs[0])
 
-	var (
-		mu  sync.Mutex
-		lat []time.Duration
-	)
-	inner := be.choose
-	choose := func(ctx context.Context, seq int, tokens []uint32, id string) (replay.Choice, error) {
-		c, err := inner(ctx, seq, tokens, id)
-		if err == nil {
-			mu.Lock()
-			lat = append(lat, c.RouteLatency)
-			mu.Unlock()
+	kv := &side{name: "kvrouter", fleet: fleet}
+	clock := replay.Clock{T0: time.Now(), SpeedUp: *speedUp}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var rr *side
+	if *compare {
+		// The baseline: an identical fleet no router follows, the same
+		// trace on the same clock, engines chosen round-robin.
+		rrFleet, err := replay.StartFleet(fleetCfg)
+		if err != nil {
+			return err
 		}
-		return c, err
+		defer rrFleet.Close()
+		rr = &side{name: "round-robin", fleet: rrFleet}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(*engines), nil, nil, log); err != nil {
+				log.Error("round-robin replay stopped", "err", err)
+			}
+		}()
 	}
-	// Summary logger.
-	done := make(chan struct{})
-	defer close(done)
+	fmt.Print(comparisonHeader(*every))
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		t := time.NewTicker(*every)
 		defer t.Stop()
-		var prev engine.Stats
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			if ctx.Err() != nil {
-				return
+			if rr != nil {
+				fmt.Println(comparisonLine(kv.stats(), rr.stats()))
+			} else {
+				fmt.Println(comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
 			}
-			tot := fleet.Totals()
-			mu.Lock()
-			window := lat
-			lat = nil
-			mu.Unlock()
-			s := stats.Summarize(window)
-			hit := 0.0
-			if d := tot.PromptBlocks - prev.PromptBlocks; d > 0 {
-				hit = float64(tot.CachedBlocks-prev.CachedBlocks) / float64(d)
-			}
-			applied := be.eventsApplied(ctx, *model)
-			// Requests are routed on arrival; engines may still be working through
-			// earlier ones, so a window can have served requests but no Route calls.
-			p50, p99 := "-", "-"
-			if len(window) > 0 {
-				p50, p99 = s.P50.Round(time.Microsecond).String(), s.P99.Round(time.Microsecond).String()
-			}
-			log.Info("summary", "requests", tot.Requests, "window_requests", tot.Requests-prev.Requests,
-				"window_hit_rate", fmt.Sprintf("%.1f%%", 100*hit),
-				"window_routes", len(window), "route_p50", p50, "route_p99", p99,
-				"events_published", tot.Events, "events_applied", applied, "cached_blocks", tot.CachedNow)
 			if be.gw != nil {
 				g := be.gw.Stats()
 				log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
 					"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
 			}
-			prev = tot
 		}
 	}()
-
-	span := reqs[len(reqs)-1].Arrival + time.Second
-	clock := replay.Clock{T0: time.Now(), SpeedUp: *speedUp}
-	for pass := 0; ; pass++ {
-		pr, err := replay.Play(ctx, replay.PlayConfig{
-			Fleet: fleet, Requests: reqs, Clock: clock, Offset: time.Duration(pass) * span,
-			Choose: choose, Router: be.marks, IDPrefix: fmt.Sprintf("demo-%d-", pass),
-		})
-		if ctx.Err() != nil {
-			log.Info("stopping")
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if pr.FirstError != "" {
-			log.Warn("pass had errors", "pass", pass, "choose_errors", pr.ChooseErrors, "mark_errors", pr.MarkErrors, "first", pr.FirstError)
-		}
-		if err := be.exited(); err != nil {
-			return err
-		}
+	err = playLoop(ctx, kv, reqs, clock, be.choose, be.marks, be.exited, log)
+	if ctx.Err() != nil {
+		log.Info("stopping")
 	}
+	cancel()
+	return err
 }
 
 func printTryCommands(be *demoBackend, model string, r trace.Request) {
@@ -271,12 +275,6 @@ func startDemoReplicas(ctx context.Context, rc replay.RouterConfig, n, natsPort 
 	}
 	be.choose, be.marks = be.gw.Chooser(fleet, model), be.gw.Marks()
 	return be, nil
-}
-
-// eventsApplied is the first router's events_applied (0 if it does not answer).
-func (be *demoBackend) eventsApplied(ctx context.Context, model string) uint64 {
-	n, _ := replay.EventsApplied(ctx, be.routers[0].Registry, model)
-	return n
 }
 
 // exited reports a router that has exited.
