@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -55,7 +56,7 @@ func demoChat(engines int, prefillPerToken time.Duration, load float64) ([]trace
 // runDemo starts the router and a few simulated engines and replays a trace
 // slice in a loop until ctx ends, and the same slice round-robin on a
 // second fleet, printing a line that compares the two every few seconds.
-func runDemo(ctx context.Context, args []string) error {
+func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	var (
 		workload  = fs.String("workload", "chat", "chat: a generated multi-turn chat trace (kvbench gen --shape chat) at --load; trace: the first --requests of the Mooncake trace at its own pace")
@@ -148,7 +149,7 @@ func runDemo(ctx context.Context, args []string) error {
 			}
 		}()
 	}
-	fmt.Print(comparisonHeader(*every))
+	fmt.Fprint(out, comparisonHeader(*every))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -161,9 +162,9 @@ func runDemo(ctx context.Context, args []string) error {
 			case <-t.C:
 			}
 			if rr != nil {
-				fmt.Println(comparisonLine(kv.stats(), rr.stats()))
+				fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
 			} else {
-				fmt.Println(comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
+				fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
 			}
 			if be.gw != nil {
 				g := be.gw.Stats()

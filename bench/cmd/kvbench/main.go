@@ -45,7 +45,7 @@ func main() {
 	case "compare":
 		err = runCompare(ctx, args)
 	case "demo":
-		err = runDemo(ctx, args)
+		err = runDemo(ctx, args, os.Stdout)
 	case "load":
 		err = runLoad(ctx, args)
 	case "ceiling":
