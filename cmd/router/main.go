@@ -1,5 +1,6 @@
 // Command kvrouter routes LLM inference requests to the worker whose KV cache
-// holds the longest prefix of the prompt. See the README for flags and the API.
+// holds the longest prefix of the prompt. See docs/configuration.md for flags
+// and docs/api.md for the API.
 // It parses the flags and the config file, handles signals and runs
 // internal/app, which holds the router's wiring.
 package main

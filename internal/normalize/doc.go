@@ -13,7 +13,7 @@
 // once a Batch's memory has grown, checked against
 // github.com/shamaton/msgpack/v2 by FuzzDifferential. Seed, BlockHash, MMHash
 // and HashPrompt are the router block hash, specified byte by byte in the
-// README's "Router block hash" section, with test vectors in
+// docs/block-hash.md, with test vectors in
 // testdata/hash_vectors.json.
 //
 // Where things are: decode.go (the outer batch), event.go (tagged arrays and

@@ -11,7 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// The router block hash. See the README's "Router block hash" section for the byte-level specification and
+// The router block hash. See docs/block-hash.md for the byte-level specification and
 // testdata/hash_vectors.json for test vectors.
 
 // Seed returns the block-hash seed for a LoRA adapter name and a cache
