@@ -103,3 +103,37 @@ func TestDocLinks(t *testing.T) {
 		t.Fatalf("only %d links checked", checked)
 	}
 }
+
+// TestReadme: the README stays a user's entry point: short, and linking
+// every document of docs/ (and those pending).
+func TestReadme(t *testing.T) {
+	const root = "../.."
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(b); n > 25000 {
+		t.Errorf("README.md is %d bytes; keep it under 25,000 and move detail to docs/", n)
+	}
+	linked := map[string]bool{}
+	for _, m := range linkRE.FindAllStringSubmatch(string(b), -1) {
+		file, _, _ := strings.Cut(m[1], "#")
+		linked[filepath.ToSlash(filepath.Clean(file))] = true
+	}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, d := range docs {
+		want["docs/"+filepath.Base(d)] = true
+	}
+	for p := range pendingDocs {
+		want[p] = true
+	}
+	for d := range want {
+		if !linked[d] {
+			t.Errorf("README.md does not link %s", d)
+		}
+	}
+}
