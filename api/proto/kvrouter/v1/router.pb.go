@@ -97,7 +97,7 @@ type Prompt struct {
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// token_ids are the prompt tokens; the router chunks and hashes full blocks.
 	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	// block_hashes are router block hashes computed by the client (see README), one per full block.
+	// block_hashes are router block hashes computed by the client (docs/block-hash.md), one per full block.
 	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// lora_name seeds the block hash; empty for the base model.
 	LoraName string `protobuf:"bytes,4,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
