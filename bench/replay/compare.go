@@ -99,6 +99,10 @@ type CompareConfig struct {
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
 	Format          engine.Format
+	// EngineModel selects the engines' model; MaxNumBatchedTokens and
+	// MaxNumSeqs configure ModelVLLM (its defaults when zero).
+	EngineModel                     engine.Model
+	MaxNumBatchedTokens, MaxNumSeqs int
 	// SpeedUp divides trace time into wall time.
 	SpeedUp float64
 	// Model is the model name engines register under.
@@ -247,6 +251,7 @@ type Report struct {
 	PrefillPerToken string   `json:"prefill_per_token"`
 	DecodePerToken  string   `json:"decode_per_token"`
 	Format          string   `json:"event_format"`
+	EngineModel     string   `json:"engine_model"`
 	RouterArgs      []string `json:"router_args"`
 	PooledCeiling   float64  `json:"pooled_ceiling_hit_rate"`
 	UnlimitedIDHit  float64  `json:"unlimited_cache_hit_rate_512"`
@@ -277,6 +282,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		BlockSize: cfg.BlockSize, SpeedUp: cfg.SpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
+		EngineModel: cfg.EngineModel.String(),
 	}
 	if len(cfg.Replicas) > 0 {
 		rep.GatewayMarks, rep.RoutesToFirst = cfg.Marks, cfg.RoutesToFirst

@@ -24,6 +24,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		Engine: engine.Config{
 			BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Capacity, Format: cfg.Format,
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken,
+			Model: cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
 		},
 	})
 	if err != nil {

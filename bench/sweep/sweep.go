@@ -162,6 +162,10 @@ type Config struct {
 	SpeedUp, FastSpeedUp            float64
 	PrefillPerToken, DecodePerToken time.Duration
 	Format                          engine.Format
+	// EngineModel, MaxNumBatchedTokens and MaxNumSeqs are as in
+	// replay.CompareConfig.
+	EngineModel                     engine.Model
+	MaxNumBatchedTokens, MaxNumSeqs int
 	Router                          replay.RouterConfig
 	// OutDir receives router logs under logs/<cell>/; empty discards them.
 	OutDir   string
@@ -237,6 +241,7 @@ type Report struct {
 	FastSpeedUp     float64     `json:"fast_speed_up"`
 	PrefillPerToken string      `json:"prefill_per_token"`
 	DecodePerToken  string      `json:"decode_per_token"`
+	EngineModel     string      `json:"engine_model"`
 	RouterArgs      []string    `json:"router_args"`
 	Traces          []TraceInfo `json:"traces"`
 	Cells           []Cell      `json:"cells"`
@@ -267,7 +272,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Engines: cfg.Engines, Capacities: cfg.Capacities, Loads: cfg.Loads, Policies: cfg.Policies,
 		Baseline: Baseline, SpeedUp: cfg.SpeedUp, FastSpeedUp: cfg.FastSpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
-		RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
+		RouterArgs: cfg.Router.Args, Started: time.Now().UTC(), EngineModel: cfg.EngineModel.String(),
 	}
 	defer func() { rep.WallSeconds = time.Since(rep.Started).Seconds() }()
 	for _, t := range cfg.Traces {
@@ -332,6 +337,7 @@ func runCell(ctx context.Context, cfg Config, cell *Cell, reqs []trace.Request) 
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken, Format: cfg.Format,
 			Router: rc, Policies: []string{p.Run}, OutDir: outDir, Progress: cfg.Progress,
 			PooledCeiling: cell.PooledCeiling,
+			EngineModel:   cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
 		})
 		if err != nil {
 			return err
