@@ -16,10 +16,11 @@ type SchedConfig struct {
 	NumBlocks int
 	// BlockSize is tokens per block (default 16).
 	BlockSize int
-	// MaxNumBatchedTokens is the token budget of one step (default 8192,
-	// vLLM's default for its API server on GPUs with at least 70 GiB).
+	// MaxNumBatchedTokens is the token budget of one step (default
+	// DefaultMaxNumBatchedTokens, vLLM's default for its API server on
+	// large-memory GPUs such as the H100).
 	MaxNumBatchedTokens int
-	// MaxNumSeqs bounds the running requests (default 1024, likewise).
+	// MaxNumSeqs bounds the running requests (default DefaultMaxNumSeqs, likewise).
 	MaxNumSeqs int
 	// Step times a step (default Llama31H100).
 	Step StepModel
