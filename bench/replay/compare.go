@@ -166,13 +166,16 @@ type PolicyResult struct {
 	// RouterHitRate is matched / prompt blocks as Route answered (the router's view).
 	RouterHitRate   float64 `json:"router_hit_rate"`
 	EventsPublished uint64  `json:"events_published"`
-	EventsApplied   uint64  `json:"events_applied"`
-	EventsPerSec    float64 `json:"events_applied_per_sec"`
-	ChooseErrors    int     `json:"choose_errors"`
-	MarkErrors      int64   `json:"mark_errors"`
-	FirstError      string  `json:"first_error,omitempty"`
-	MaxLag          string  `json:"max_dispatch_lag"`
-	WallSeconds     float64 `json:"wall_seconds"`
+	// Preemptions (vLLM engine model) and Dropped (requests an engine refused).
+	Preemptions   uint64  `json:"preemptions,omitempty"`
+	Dropped       int64   `json:"dropped,omitempty"`
+	EventsApplied uint64  `json:"events_applied"`
+	EventsPerSec  float64 `json:"events_applied_per_sec"`
+	ChooseErrors  int     `json:"choose_errors"`
+	MarkErrors    int64   `json:"mark_errors"`
+	FirstError    string  `json:"first_error,omitempty"`
+	MaxLag        string  `json:"max_dispatch_lag"`
+	WallSeconds   float64 `json:"wall_seconds"`
 	// Replicas is the number of routers behind the gateway (0: one router
 	// called directly); Sync whether they ran in cluster mode; Round which
 	// repetition of the runs this is.

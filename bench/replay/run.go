@@ -87,7 +87,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		PromptTokens:    pr.PromptTokens,
 		TTFT:            stats.Summarize(pr.TTFT),
 		Route:           stats.Summarize(pr.RouteLatency),
-		EventsPublished: tot.Events,
+		EventsPublished: tot.Events, Preemptions: tot.Preemptions, Dropped: pr.Dropped,
 		ChooseErrors:    pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
 		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
 	}
