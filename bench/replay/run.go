@@ -88,7 +88,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		TTFT:            stats.Summarize(pr.TTFT),
 		Route:           stats.Summarize(pr.RouteLatency),
 		EventsPublished: tot.Events, Preemptions: tot.Preemptions, Dropped: pr.Dropped,
-		ChooseErrors:    pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
+		ChooseErrors: pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
 		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
 	}
 	if pr.RouterPromptBlocks > 0 {
