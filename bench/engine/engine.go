@@ -1,11 +1,16 @@
 // Package engine is a simulated inference engine for benchmarks: a real ZMQ
-// KV-event publisher (PUB plus ROUTER replay, like vLLM's) in front of an LRU
-// block cache, with a simple time model for prefill and decode.
+// KV-event publisher (PUB plus ROUTER replay, like vLLM's) in front of one of
+// two models of an engine.
 //
-// Time is simulated: a request carries its arrival time on the engine's clock
-// and Serve answers when its prefill starts and ends and when it finishes.
-// Prefills run one at a time in arrival order (queueing shows up as latency);
-// decode runs in a continuous batch and does not delay prefills.
+// The old model (ModelOld) is an LRU block cache with a simple time model:
+// a request carries its arrival time on the engine's clock and Serve answers
+// when its prefill starts and ends and when it finishes. Prefills run one at
+// a time in arrival order; decode runs beside them and never slows anything.
+//
+// The vLLM model (ModelVLLM) is vLLM V1's scheduler and block pool
+// (Scheduler, BlockPool) stepped by the caller: Submit queues a request and
+// each Step runs one batch, whose duration grows with what it holds. See
+// docs/engine-model.md.
 package engine
 
 import (
@@ -49,8 +54,44 @@ type Config struct {
 	PrefillBase time.Duration
 	// DecodePerToken is the simulated time per output token.
 	DecodePerToken time.Duration
+	// Model selects the engine model (default ModelOld).
+	Model Model
+	// MaxNumBatchedTokens, MaxNumSeqs and Step configure ModelVLLM's
+	// scheduler (SchedConfig's defaults when zero).
+	MaxNumBatchedTokens int
+	MaxNumSeqs          int
+	Step                StepModel
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
+}
+
+// Model selects how an engine schedules and times requests.
+type Model int
+
+// Engine models.
+const (
+	// ModelOld serves each request alone: one prefill at a time, decode free.
+	ModelOld Model = iota
+	// ModelVLLM is vLLM V1's step scheduler (Submit and Step).
+	ModelVLLM
+)
+
+// ParseModel parses "old" or "vllm".
+func ParseModel(s string) (Model, error) {
+	switch s {
+	case "old", "":
+		return ModelOld, nil
+	case "vllm":
+		return ModelVLLM, nil
+	}
+	return 0, fmt.Errorf("unknown engine model %q (want old or vllm)", s)
+}
+
+func (m Model) String() string {
+	if m == ModelVLLM {
+		return "vllm"
+	}
+	return "old"
 }
 
 // Request is one request served by an engine.
@@ -95,6 +136,8 @@ type Stats struct {
 	CachedNow       int
 	ReplayRequests  uint64
 	ReplayMalformed uint64
+	// Preemptions counts ModelVLLM's preemptions.
+	Preemptions uint64
 }
 
 // Engine is one simulated engine (one data-parallel rank). It is safe for
@@ -105,6 +148,7 @@ type Engine struct {
 
 	mu        sync.Mutex
 	cache     *Cache
+	sched     *Scheduler // ModelVLLM only
 	busyUntil time.Duration
 	stats     Stats
 	hashes    []uint64 // scratch
@@ -129,6 +173,15 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine %s: %w", cfg.ID, err)
 	}
 	e := &Engine{cfg: cfg, cache: NewCache(cfg.CapacityBlocks)}
+	if cfg.Model == ModelVLLM {
+		if e.sched, err = NewScheduler(SchedConfig{
+			NumBlocks: cfg.CapacityBlocks, BlockSize: cfg.BlockSize, HashSeed: cfg.HashSeed,
+			MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs, Step: cfg.Step,
+		}); err != nil {
+			pub.Close()
+			return nil, fmt.Errorf("engine %s: %w", cfg.ID, err)
+		}
+	}
 	e.pub.Store(pub)
 	return e, nil
 }
@@ -165,10 +218,17 @@ func (e *Engine) Restart() error {
 	}
 	e.pub.Store(pub)
 	e.mu.Lock()
-	e.cache.Reset()
-	e.busyUntil = 0
+	e.resetLocked()
 	e.mu.Unlock()
 	return nil
+}
+
+func (e *Engine) resetLocked() {
+	e.cache.Reset()
+	if e.sched != nil {
+		e.sched.Reset()
+	}
+	e.busyUntil = 0
 }
 
 // ID is the engine's configured name.
@@ -213,7 +273,8 @@ func ChainHashes(seed uint64, blockSize int, tokens []uint32, dst []uint64) []ui
 	return dst
 }
 
-// Serve looks the prompt up in the cache, stores its missing blocks (evicting
+// Serve is the old model (ModelOld) only: on a ModelVLLM engine use Submit
+// and Step. It looks the prompt up in the cache, stores its missing blocks (evicting
 // the least recently used as needed) and computes its simulated timing. The
 // returned Events describe the cache changes; pass them to Publish when the
 // engine would emit them (at Result.Start). Serve does not publish. A stored
@@ -293,8 +354,7 @@ func (e *Engine) ServeAndPublish(req Request) (Result, error) {
 // publishes AllBlocksCleared.
 func (e *Engine) Reset() error {
 	e.mu.Lock()
-	e.cache.Reset()
-	e.busyUntil = 0
+	e.resetLocked()
 	e.mu.Unlock()
 	return e.Publish([]Event{{Kind: Cleared}})
 }
@@ -304,6 +364,12 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	s := e.stats
 	s.CachedNow = e.cache.Len()
+	if e.sched != nil {
+		st := e.sched.Stats()
+		s.Requests, s.PromptBlocks, s.CachedBlocks = st.Admitted, st.PromptBlocks, st.HitBlocks
+		s.StoredBlocks, s.EvictedBlocks, s.Preemptions = st.Stored, st.Evicted, st.Preemptions
+		s.CachedNow = e.sched.Pool().NumCached()
+	}
 	e.mu.Unlock()
 	s.ReplayRequests, s.ReplayMalformed = e.pub.Load().ReplayStats()
 	return s
@@ -324,8 +390,57 @@ func (e *Engine) Overlap(h []uint64) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
+	if e.sched != nil {
+		for n < len(h) {
+			if _, ok := e.sched.Pool().Lookup(h[n]); !ok {
+				break
+			}
+			n++
+		}
+		return n
+	}
 	for n < len(h) && e.cache.Contains(h[n]) {
 		n++
 	}
 	return n
+}
+
+// Model is the engine's model.
+func (e *Engine) Model() Model { return e.cfg.Model }
+
+// Submit queues request id on a ModelVLLM engine's scheduler; its tokens
+// must not change until it finishes. The returned error wraps ErrTooLong
+// for a request the engine could never hold.
+func (e *Engine) Submit(id uint64, req Request) error {
+	if e.sched == nil {
+		return fmt.Errorf("engine %s: Submit needs the vllm model", e.cfg.ID)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.sched.Add(id, req.Tokens, req.OutputTokens); err != nil {
+		return fmt.Errorf("engine %s: %w", e.cfg.ID, err)
+	}
+	e.stats.PromptTokens += uint64(len(req.Tokens))
+	return nil
+}
+
+// Step runs one step of a ModelVLLM engine's scheduler. Pass the result's
+// Events to Publish at the step's end. On a ModelOld engine it does nothing.
+func (e *Engine) Step() StepResult {
+	if e.sched == nil {
+		return StepResult{}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sched.Step()
+}
+
+// HasWork reports whether a ModelVLLM engine has requests waiting or running.
+func (e *Engine) HasWork() bool {
+	if e.sched == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sched.HasWork()
 }

@@ -99,6 +99,10 @@ type CompareConfig struct {
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
 	Format          engine.Format
+	// EngineModel selects the engines' model; MaxNumBatchedTokens and
+	// MaxNumSeqs configure ModelVLLM (its defaults when zero).
+	EngineModel                     engine.Model
+	MaxNumBatchedTokens, MaxNumSeqs int
 	// SpeedUp divides trace time into wall time.
 	SpeedUp float64
 	// Model is the model name engines register under.
@@ -162,13 +166,16 @@ type PolicyResult struct {
 	// RouterHitRate is matched / prompt blocks as Route answered (the router's view).
 	RouterHitRate   float64 `json:"router_hit_rate"`
 	EventsPublished uint64  `json:"events_published"`
-	EventsApplied   uint64  `json:"events_applied"`
-	EventsPerSec    float64 `json:"events_applied_per_sec"`
-	ChooseErrors    int     `json:"choose_errors"`
-	MarkErrors      int64   `json:"mark_errors"`
-	FirstError      string  `json:"first_error,omitempty"`
-	MaxLag          string  `json:"max_dispatch_lag"`
-	WallSeconds     float64 `json:"wall_seconds"`
+	// Preemptions (vLLM engine model) and Dropped (requests an engine refused).
+	Preemptions   uint64  `json:"preemptions,omitempty"`
+	Dropped       int64   `json:"dropped,omitempty"`
+	EventsApplied uint64  `json:"events_applied"`
+	EventsPerSec  float64 `json:"events_applied_per_sec"`
+	ChooseErrors  int     `json:"choose_errors"`
+	MarkErrors    int64   `json:"mark_errors"`
+	FirstError    string  `json:"first_error,omitempty"`
+	MaxLag        string  `json:"max_dispatch_lag"`
+	WallSeconds   float64 `json:"wall_seconds"`
 	// Replicas is the number of routers behind the gateway (0: one router
 	// called directly); Sync whether they ran in cluster mode; Round which
 	// repetition of the runs this is.
@@ -247,6 +254,7 @@ type Report struct {
 	PrefillPerToken string   `json:"prefill_per_token"`
 	DecodePerToken  string   `json:"decode_per_token"`
 	Format          string   `json:"event_format"`
+	EngineModel     string   `json:"engine_model"`
 	RouterArgs      []string `json:"router_args"`
 	PooledCeiling   float64  `json:"pooled_ceiling_hit_rate"`
 	UnlimitedIDHit  float64  `json:"unlimited_cache_hit_rate_512"`
@@ -277,6 +285,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 		BlockSize: cfg.BlockSize, SpeedUp: cfg.SpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
+		EngineModel: cfg.EngineModel.String(),
 	}
 	if len(cfg.Replicas) > 0 {
 		rep.GatewayMarks, rep.RoutesToFirst = cfg.Marks, cfg.RoutesToFirst

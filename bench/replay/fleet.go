@@ -121,6 +121,7 @@ func (f *Fleet) Totals() engine.Stats {
 		t.CachedNow += s.CachedNow
 		t.ReplayRequests += s.ReplayRequests
 		t.ReplayMalformed += s.ReplayMalformed
+		t.Preemptions += s.Preemptions
 	}
 	return t
 }

@@ -10,6 +10,7 @@ import (
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/trace"
+	"google.golang.org/grpc"
 )
 
 // Clock maps simulated time (trace time) to wall time: wall = T0 + sim/SpeedUp.
@@ -104,11 +105,13 @@ type PlayResult struct {
 	// PromptTokens per engine.
 	PromptTokens []uint64
 	ChooseErrors int
-	MarkErrors   int64
-	PublishErrs  int64
-	FirstError   string
-	MaxLag       time.Duration
-	Wall         time.Duration
+	// Dropped counts requests an engine refused (too long for its KV blocks).
+	Dropped     int64
+	MarkErrors  int64
+	PublishErrs int64
+	FirstError  string
+	MaxLag      time.Duration
+	Wall        time.Duration
 }
 
 type job struct {
@@ -117,6 +120,11 @@ type job struct {
 	output  int
 	arrival time.Duration
 	routed  bool
+	// wm and markOnly feed a vLLM-model engine's stepper (stepper.go): no
+	// request arriving before wm is still to come; a markOnly job carries
+	// nothing else.
+	wm       time.Duration
+	markOnly bool
 }
 
 // DefaultConcurrency is PlayConfig.Concurrency's default.
@@ -142,10 +150,65 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	noteErr := func(err error) {
 		firstErr.CompareAndSwap(nil, err.Error())
 	}
+	stepped := cfg.Fleet.Engines[0].Model() == engine.ModelVLLM
+	var dropped atomic.Int64
 	queues := make([]chan job, n)
 	for w := range queues {
 		queues[w] = make(chan job, 4096)
 		workers.Add(1)
+		if stepped {
+			go func(w int) {
+				defer workers.Done()
+				runStepper(ctx, cfg.Fleet.Engines[w], queues[w], cfg.Clock, stepHooks{
+					publish: func(evs []engine.Event) {
+						if err := cfg.Fleet.Engines[w].Publish(evs); err != nil {
+							pubErrs.Add(1)
+							noteErr(err)
+						}
+					},
+					first: func(j *liveJob, at time.Duration) {
+						mu.Lock()
+						res.TTFT = append(res.TTFT, at-j.arrival)
+						res.PromptTokens[w] += uint64(len(j.tokens))
+						mu.Unlock()
+						if j.routed && cfg.Router != nil {
+							j.marking = true
+							go func() {
+								defer inflight.Done()
+								mark(ctx, cfg.Router.MarkPrefillDone, j.id, &markErrs, noteErr)
+								<-j.done
+								mark(ctx, cfg.Router.MarkFinished, j.id, &markErrs, noteErr)
+							}()
+						}
+					},
+					finished: func(j *liveJob, _ time.Duration) {
+						close(j.done)
+						if !j.marking {
+							inflight.Done()
+						}
+					},
+					dropped: func(j *liveJob, err error) {
+						if ctx.Err() == nil {
+							dropped.Add(1)
+							noteErr(err)
+						}
+						close(j.done)
+						if j.marking {
+							return
+						}
+						if !j.routed || cfg.Router == nil || ctx.Err() != nil {
+							inflight.Done()
+							return
+						}
+						go func() { // the router counts it as load until told
+							defer inflight.Done()
+							mark(ctx, cfg.Router.MarkFinished, j.id, &markErrs, noteErr)
+						}()
+					},
+				})
+			}(w)
+			continue
+		}
 		go func(w int) {
 			defer workers.Done()
 			e := cfg.Fleet.Engines[w]
@@ -250,11 +313,28 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 				res.RouterPromptBlocks += uint64(c.PromptBlocks)
 			}
 			inflight.Add(1)
+			if stepped {
+				p.j.wm = noMore
+				if p.seq+1 < len(cfg.Requests) {
+					p.j.wm = cfg.Offset + cfg.Requests[p.seq+1].Arrival
+				}
+			}
 			select {
 			case queues[c.Engine] <- p.j:
 				dispatched.Add(1)
 			case <-ctx.Done():
 				inflight.Done()
+			}
+			if stepped {
+				for w := range queues {
+					if w == c.Engine {
+						continue
+					}
+					select {
+					case queues[w] <- job{wm: p.j.wm, markOnly: true}:
+					case <-ctx.Done():
+					}
+				}
 			}
 		}
 	}()
@@ -295,9 +375,20 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	<-progressDone
 	res.Wall = time.Since(start)
 	res.MarkErrors = markErrs.Load()
+	res.Dropped = dropped.Load()
 	res.PublishErrs = pubErrs.Load()
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstError = s
 	}
 	return res, err
+}
+
+// mark sends one mark to the router, counting a failure unless the replay
+// was cancelled.
+func mark(ctx context.Context, call func(context.Context, *kvrouterv1.RequestRef, ...grpc.CallOption) (*kvrouterv1.Ack, error),
+	id string, errs *atomic.Int64, note func(error)) {
+	if _, err := call(ctx, &kvrouterv1.RequestRef{RequestId: id}); err != nil && ctx.Err() == nil {
+		errs.Add(1)
+		note(fmt.Errorf("mark %s: %w", id, err))
+	}
 }

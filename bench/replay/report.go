@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kvrouter/kvrouter/bench/engine"
 )
 
 func ms(d time.Duration) string {
@@ -21,8 +23,12 @@ func secs(d time.Duration) string {
 
 // WriteTable writes the comparison as an aligned text table.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "trace: %s (%d requests), %d engines x %d blocks of %d tokens, speed-up %gx, prefill %s/token, decode %s/token, events %s\n",
-		r.Trace, r.Requests, r.Engines, r.CapacityBlocks, r.BlockSize, r.SpeedUp, r.PrefillPerToken, r.DecodePerToken, r.Format)
+	timing := fmt.Sprintf("prefill %s/token, decode %s/token", r.PrefillPerToken, r.DecodePerToken)
+	if r.EngineModel == engine.ModelVLLM.String() {
+		timing = "vLLM engine model (docs/engine-model.md)"
+	}
+	fmt.Fprintf(w, "trace: %s (%d requests), %d engines x %d blocks of %d tokens, speed-up %gx, %s, events %s\n",
+		r.Trace, r.Requests, r.Engines, r.CapacityBlocks, r.BlockSize, r.SpeedUp, timing, r.Format)
 	fmt.Fprintf(w, "pooled LRU ceiling (one cache of %d blocks): %.1f%% hit rate; unlimited cache: %.1f%%\n\n",
 		r.Engines*r.CapacityBlocks, 100*r.PooledCeiling, 100*r.UnlimitedIDHit)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -24,6 +24,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		Engine: engine.Config{
 			BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Capacity, Format: cfg.Format,
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken,
+			Model: cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
 		},
 	})
 	if err != nil {
@@ -86,8 +87,8 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		PromptTokens:    pr.PromptTokens,
 		TTFT:            stats.Summarize(pr.TTFT),
 		Route:           stats.Summarize(pr.RouteLatency),
-		EventsPublished: tot.Events,
-		ChooseErrors:    pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
+		EventsPublished: tot.Events, Preemptions: tot.Preemptions, Dropped: pr.Dropped,
+		ChooseErrors: pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
 		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
 	}
 	if pr.RouterPromptBlocks > 0 {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/bench/engine"
 )
 
 // WriteMarkdown writes the sweep as one markdown table: a row per cell; per
@@ -16,8 +18,13 @@ import (
 // TTFT in seconds for scale.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d engines; prefill %s/uncached token, decode %s/token; speed-up %gx (untimed policies %gx); load = prompt tokens x prefill time / (engines x trace duration)\n\n",
-		r.Engines, r.PrefillPerToken, r.DecodePerToken, r.SpeedUp, r.FastSpeedUp)
+	if r.EngineModel == engine.ModelVLLM.String() {
+		fmt.Fprintf(&b, "%d engines; vLLM engine model; speed-up %gx (untimed policies %gx); load = prompt tokens x cost per token (prefill and decode share, sweep.VLLMTokenCost) / (engines x trace duration)\n\n",
+			r.Engines, r.SpeedUp, r.FastSpeedUp)
+	} else {
+		fmt.Fprintf(&b, "%d engines; prefill %s/uncached token, decode %s/token; speed-up %gx (untimed policies %gx); load = prompt tokens x prefill time / (engines x trace duration)\n\n",
+			r.Engines, r.PrefillPerToken, r.DecodePerToken, r.SpeedUp, r.FastSpeedUp)
+	}
 	b.WriteString("| trace | blocks | load | ceiling |")
 	sep := "|---|---|---|---|"
 	for _, p := range r.Policies {

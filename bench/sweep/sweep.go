@@ -149,6 +149,16 @@ func ScaleLoad(reqs []trace.Request, engines int, prefillPerToken time.Duration,
 	return out, f
 }
 
+// tokenCost is the per-prompt-token cost offered load is computed with:
+// --prefill-per-token for the old model, VLLMTokenCost (at the first of
+// capacities) for the vLLM model.
+func (cfg Config) tokenCost(reqs []trace.Request, capacities []int) time.Duration {
+	if cfg.EngineModel != engine.ModelVLLM || len(capacities) == 0 {
+		return cfg.PrefillPerToken
+	}
+	return VLLMTokenCost(reqs, capacities[0], engine.SchedConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens})
+}
+
 // Config is the matrix and how each cell runs.
 type Config struct {
 	Traces     []Trace
@@ -162,6 +172,10 @@ type Config struct {
 	SpeedUp, FastSpeedUp            float64
 	PrefillPerToken, DecodePerToken time.Duration
 	Format                          engine.Format
+	// EngineModel, MaxNumBatchedTokens and MaxNumSeqs are as in
+	// replay.CompareConfig.
+	EngineModel                     engine.Model
+	MaxNumBatchedTokens, MaxNumSeqs int
 	Router                          replay.RouterConfig
 	// OutDir receives router logs under logs/<cell>/; empty discards them.
 	OutDir   string
@@ -180,10 +194,12 @@ type Result struct {
 
 // Cell is one trace x capacity x load.
 type Cell struct {
-	Trace          string   `json:"trace"`
-	Capacity       int      `json:"capacity_blocks_per_engine"`
-	Load           float64  `json:"offered_load"`
-	TimeScale      float64  `json:"arrival_time_scale"`
+	Trace     string  `json:"trace"`
+	Capacity  int     `json:"capacity_blocks_per_engine"`
+	Load      float64 `json:"offered_load"`
+	TimeScale float64 `json:"arrival_time_scale"`
+	// TokenCost is the per-prompt-token cost the load was computed with.
+	TokenCost      string   `json:"token_cost"`
 	Requests       int      `json:"requests"`
 	TraceSeconds   float64  `json:"trace_seconds"`
 	PooledCeiling  float64  `json:"pooled_ceiling_hit_rate"`
@@ -237,6 +253,7 @@ type Report struct {
 	FastSpeedUp     float64     `json:"fast_speed_up"`
 	PrefillPerToken string      `json:"prefill_per_token"`
 	DecodePerToken  string      `json:"decode_per_token"`
+	EngineModel     string      `json:"engine_model"`
 	RouterArgs      []string    `json:"router_args"`
 	Traces          []TraceInfo `json:"traces"`
 	Cells           []Cell      `json:"cells"`
@@ -267,7 +284,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Engines: cfg.Engines, Capacities: cfg.Capacities, Loads: cfg.Loads, Policies: cfg.Policies,
 		Baseline: Baseline, SpeedUp: cfg.SpeedUp, FastSpeedUp: cfg.FastSpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
-		RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
+		RouterArgs: cfg.Router.Args, Started: time.Now().UTC(), EngineModel: cfg.EngineModel.String(),
 	}
 	defer func() { rep.WallSeconds = time.Since(rep.Started).Seconds() }()
 	for _, t := range cfg.Traces {
@@ -279,7 +296,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			tok += int64(r.InputLength)
 		}
 		rep.Traces = append(rep.Traces, TraceInfo{Trace: t, Requests: len(t.Reqs), PromptTokens: tok,
-			NaturalLoad:  OfferedLoad(t.Reqs, cfg.Engines, cfg.PrefillPerToken),
+			NaturalLoad:  OfferedLoad(t.Reqs, cfg.Engines, cfg.tokenCost(t.Reqs, cfg.Capacities)),
 			TraceSeconds: duration(t.Reqs).Seconds()})
 	}
 	total := len(cfg.Traces) * len(cfg.Capacities) * len(cfg.Loads)
@@ -288,8 +305,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for _, capacity := range cfg.Capacities {
 			ceiling := trace.PooledCeiling(t.Reqs, 16, cfg.Engines*capacity).HitRate()
 			for _, load := range cfg.Loads {
-				reqs, f := ScaleLoad(t.Reqs, cfg.Engines, cfg.PrefillPerToken, load)
-				cell := Cell{Trace: t.Name, Capacity: capacity, Load: load, TimeScale: f,
+				cost := cfg.tokenCost(t.Reqs, []int{capacity})
+				reqs, f := ScaleLoad(t.Reqs, cfg.Engines, cost, load)
+				cell := Cell{Trace: t.Name, Capacity: capacity, Load: load, TimeScale: f, TokenCost: cost.String(),
 					Requests: len(reqs), TraceSeconds: duration(reqs).Seconds(),
 					PooledCeiling: ceiling, UnlimitedIDHit: unlimited}
 				if cfg.Progress != nil {
@@ -332,6 +350,7 @@ func runCell(ctx context.Context, cfg Config, cell *Cell, reqs []trace.Request) 
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken, Format: cfg.Format,
 			Router: rc, Policies: []string{p.Run}, OutDir: outDir, Progress: cfg.Progress,
 			PooledCeiling: cell.PooledCeiling,
+			EngineModel:   cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
 		})
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
@@ -62,5 +63,29 @@ func TestReportRendersEveryCell(t *testing.T) {
 	svg := rep.SVG()
 	if !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "a/4096/70%") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Fatalf("svg:\n%s", svg)
+	}
+}
+
+// TestVLLMTokenCost: a vLLM engine's cost per prompt token includes its
+// share of decode steps, larger when the KV blocks limit the batch.
+func TestVLLMTokenCost(t *testing.T) {
+	reqs := []trace.Request{{InputLength: 12000, OutputLength: 340}, {InputLength: 12070, OutputLength: 346}}
+	small := VLLMTokenCost(reqs, 4096, engine.SchedConfig{})
+	large := VLLMTokenCost(reqs, 65536, engine.SchedConfig{})
+	prefill := engine.Llama31H100.PerPrefillToken
+	if small <= large || large <= prefill {
+		t.Fatalf("cost per token: %v at 4,096 blocks, %v at 65,536, prefill alone %v", small, large, prefill)
+	}
+	// At 4,096 blocks about 5 requests fit: each decode step is shared by 5.
+	p, o := 12035.0, 343.0
+	b := 4096 * 16 / (p + o/2)
+	m := engine.Llama31H100
+	step := m.Base.Seconds() + b*(m.PerDecodeSeq.Seconds()+(p+o/2)*m.PerKVTokenNs*1e-9)
+	want := (p*m.PerPrefillToken.Seconds() + o*step/b) / p
+	if d := small.Seconds()/want - 1; d > 1e-3 || d < -1e-3 {
+		t.Fatalf("cost %v, want %.3gs", small, want)
+	}
+	if VLLMTokenCost(nil, 4096, engine.SchedConfig{}) != 0 {
+		t.Fatal("empty trace has a cost")
 	}
 }

@@ -101,9 +101,14 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if len(reqs) == 0 {
 		return errors.New("demo: empty trace slice")
 	}
+	em, err := tm.engineModel()
+	if err != nil {
+		return err
+	}
 	fleetCfg := replay.FleetConfig{
 		Engines: *engines, Replay: true,
-		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode},
+		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode,
+			Model: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq},
 	}
 	fleet, err := replay.StartFleet(fleetCfg)
 	if err != nil {

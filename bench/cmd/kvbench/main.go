@@ -95,12 +95,29 @@ func traceBlockTokens(fs *flag.FlagSet) *int {
 }
 
 type timeModel struct {
-	prefill, decode time.Duration
+	prefill, decode       time.Duration
+	model                 string
+	maxBatched, maxNumSeq int
 }
 
 func (t *timeModel) bind(fs *flag.FlagSet) {
-	fs.DurationVar(&t.prefill, "prefill-per-token", 300*time.Microsecond, "simulated prefill time per uncached prompt token")
-	fs.DurationVar(&t.decode, "decode-per-token", 10*time.Millisecond, "simulated decode time per output token")
+	fs.DurationVar(&t.prefill, "prefill-per-token", 300*time.Microsecond, "simulated prefill time per uncached prompt token (the old engine model's time; also what offered load is computed with)")
+	fs.DurationVar(&t.decode, "decode-per-token", 10*time.Millisecond, "simulated decode time per output token (old engine model)")
+	fs.StringVar(&t.model, "engine-model", "old", "simulated engine: old (one prefill at a time, decode free) or vllm (vLLM V1 scheduler and step time; docs/engine-model.md)")
+	fs.IntVar(&t.maxBatched, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "vllm engine model: token budget of one step")
+	fs.IntVar(&t.maxNumSeq, "max-num-seqs", engine.DefaultMaxNumSeqs, "vllm engine model: most requests running at once")
+}
+
+// engineModel is the parsed --engine-model and its limits.
+func (t *timeModel) engineModel() (engine.Model, error) {
+	m, err := engine.ParseModel(t.model)
+	if err != nil {
+		return 0, fmt.Errorf("--engine-model: %w", err)
+	}
+	if t.maxBatched <= 0 || t.maxNumSeq <= 0 {
+		return 0, fmt.Errorf("--max-num-batched-tokens (%d) and --max-num-seqs (%d) must be positive", t.maxBatched, t.maxNumSeq)
+	}
+	return m, nil
 }
 
 // compareShort is what compare --short changes, unless the flag is given
@@ -167,9 +184,14 @@ func parseCompare(args []string) (compareRun, error) {
 	if err != nil {
 		return compareRun{}, err
 	}
+	em, err := tm.engineModel()
+	if err != nil {
+		return compareRun{}, err
+	}
 	cfg := replay.CompareConfig{
 		Engines: *engines, Capacity: *capacity, SpeedUp: *speedUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
+		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq,
 		Router:   replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		Policies: splitList(*policies), Progress: os.Stderr, Seed: *seed,
 		Sync: sync, Marks: *marks, KillReplica: *victim, Rounds: *rounds, RoutesToFirst: *toFirst, SyncLagProbes: *lagProbes,

@@ -82,9 +82,14 @@ func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 	if err != nil {
 		return sweep.Config{}, "", err
 	}
+	em, err := tm.engineModel()
+	if err != nil {
+		return sweep.Config{}, "", err
+	}
 	cfg := sweep.Config{
 		Engines: *engines, SpeedUp: *speedUp, FastSpeedUp: *fastUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
+		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq,
 		Router: replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		OutDir: *outDir, Progress: log,
 	}
