@@ -1,6 +1,10 @@
 package scoring
 
-import "math"
+import (
+	"math"
+	"slices"
+	"strings"
+)
 
 // The bounded-load guard, after consistent hashing with bounded loads
 // (Mirrokni, Thorup and Zadimoghaddam): a Route's candidates are only the
@@ -188,4 +192,41 @@ func (r *Router) balanceOf(ranks []*rank) *balanceState {
 	f.balance.window(len(ranks), r.cfg.BalanceFactor)
 	f.balance.rescale(ranks)
 	return &f.balance
+}
+
+// Imbalance is one model's load imbalance across its ranks.
+type Imbalance struct {
+	Model string
+	// Ratio is the largest rank's recent routed context (the guard's load,
+	// whether or not the guard is on) over the mean of the model's ranks: 1
+	// is even, BalanceFactor is where the guard holds a rank. 0 before the
+	// model's first Route.
+	Ratio float64
+}
+
+// Imbalances reports every model's load imbalance, by model name.
+func (r *Router) Imbalances() []Imbalance {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	out := make([]Imbalance, 0, len(r.models))
+	for model, ranks := range r.models {
+		out = append(out, Imbalance{Model: model, Ratio: imbalanceOf(ranks)})
+	}
+	slices.SortFunc(out, func(a, b Imbalance) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// imbalanceOf is the largest load of ranks over their mean (0: no load).
+// The caller holds loadTable.mu.
+func imbalanceOf(ranks []*rank) float64 {
+	most, total := 0.0, 0.0
+	for _, rk := range ranks {
+		most, total = max(most, rk.routed), total+rk.routed
+	}
+	if total <= 0 {
+		return 0
+	}
+	return most * float64(len(ranks)) / total
 }

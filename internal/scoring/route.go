@@ -71,11 +71,12 @@ func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID str
 		return err
 	}
 	if !r.costCandidates(ranks, s) {
-		return fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
+		return limitError(LimitBusy, ErrResourceExhausted, "every worker of model %q is over its busy thresholds (--max-active-prefill-tokens, --max-active-decode-blocks); retry after a backoff", p.Model)
 	}
 	pick := r.chooseAdmitted(s, temperature)
 	fillDecision(dec, ranks, s, pick, maxCandidates)
 	s.diversion(dec, pick)
+	s.explain(dec, pick, temperature)
 	chosen := ranks[s.cands[pick]]
 	pb, pt, db := r.loadOf(p, s, dec.Matched)
 	if requestID != "" {

@@ -215,8 +215,8 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 		t.Fatalf("r2 -> %+v, %v; want the other worker, the only candidate under the threshold", d, err)
 	}
 	// Both are at the threshold now.
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("r3: %v; want ErrUnavailable", err)
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrResourceExhausted) {
+		t.Fatalf("r3: %v; want ErrResourceExhausted", err)
 	}
 	for _, id := range []string{"r1", "r2"} {
 		if err := f.r.MarkFinished(id); err != nil {
