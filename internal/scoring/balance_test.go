@@ -14,10 +14,9 @@ import (
 func guardLoads(r *Router, model string) (map[string]float64, float64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
+	defer r.lockModels()()
 	scale := 1.0
-	if f := r.load.fleets[model]; f != nil {
+	if f := r.fleetFor(model); f != nil {
 		scale = max(f.balance.scale, 1)
 	}
 	out := map[string]float64{}

@@ -53,11 +53,11 @@ func ParsePolicy(s string) (Policy, error) {
 //
 // costCandidates calls begin at its first candidate, cost for each candidate
 // in rank order (the largest index size seen grows along them), and end
-// after the last, all under r.load.mu: one pass over the ranks for both
+// after the last, all under the model's lock: one pass over the ranks for both
 // policies. The index size of a rank Match scored is the one it reported
 // (evaluate's s.cached); only the others' are looked up.
 type timeCoster struct {
-	f        *fleetTiming // nil: the table holds no more models
+	f        *fleetTiming
 	e        rates
 	bs       float64
 	queue1   float64 // 1 + e.queue
@@ -68,23 +68,19 @@ type timeCoster struct {
 // begin reads the model's learned rates and, from the pending prefills of
 // its ranks, updates the fleet's queue average (for later Routes: this one
 // prices with the average before it). The caller holds r.mu for reading and
-// r.load.mu.
-func (c *timeCoster) begin(r *Router, ranks []*rank, now time.Time) {
-	f := r.load.fleetOf(ranks[0].worker.Model)
+// m.mu.
+func (c *timeCoster) begin(r *Router, m *model, ranks []*rank, now time.Time) {
+	f := &m.fleet
 	*c = timeCoster{f: f, e: ratesOf(f, r.load.priorSPT), bs: float64(r.cfg.BlockSize), now: now}
 	c.queue1 = 1 + c.e.queue
-	// The rates were read at this generation (with or without a fleet: which
-	// models have one changes the generation too).
-	c.e.gen = r.load.gen
-	if f != nil {
-		pending := float64(r.load.pending[ranks[0].worker.Model]) // (the sum over ranks)
-		if f.ranks != len(ranks) {
-			f.ranks = len(ranks)
-			r.load.gen++ // (the next Route's rates decay by the new count)
-		}
-		f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
-		c.capacity = f.capacity
+	c.e.gen = m.gen // (the rates were read at this generation)
+	pending := float64(m.pending) // (the sum over ranks)
+	if f.ranks != len(ranks) {
+		f.ranks = len(ranks)
+		m.gen++ // (the next Route's rates decay by the new count)
 	}
+	f.queue = fleetKeep*f.queue + (1-fleetKeep)*pending/float64(len(ranks))
+	c.capacity = f.capacity
 }
 
 // cost is rk's cost, rk being rank j of the model's list with terms t.
@@ -121,7 +117,5 @@ func (c *timeCoster) cost(r *Router, rk *rank, j int, s *scratch, t costTerms) f
 
 // end records the largest index size seen.
 func (c *timeCoster) end() {
-	if c.f != nil {
-		c.f.capacity = c.capacity
-	}
+	c.f.capacity = c.capacity
 }
