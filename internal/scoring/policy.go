@@ -73,7 +73,7 @@ func (c *timeCoster) begin(r *Router, m *model, ranks []*rank, now time.Time) {
 	f := &m.fleet
 	*c = timeCoster{f: f, e: ratesOf(f, r.load.priorSPT), bs: float64(r.cfg.BlockSize), now: now}
 	c.queue1 = 1 + c.e.queue
-	c.e.gen = m.gen // (the rates were read at this generation)
+	c.e.gen = m.gen               // (the rates were read at this generation)
 	pending := float64(m.pending) // (the sum over ranks)
 	if f.ranks != len(ranks) {
 		f.ranks = len(ranks)
