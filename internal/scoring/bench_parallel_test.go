@@ -63,8 +63,8 @@ func parallelFixture(b *testing.B, models int) (*Router, [][][]uint32) {
 // GOMAXPROCS goroutines (run it with -cpu 1,2) against one model or eight,
 // each Route with a request id (so it records load and predictions), the
 // goroutine's request from 64 Routes before finished after it. With eight
-// models the goroutines route them in turn from different offsets, so two
-// Routes at once are mostly of different models.
+// models each goroutine picks one at random for each Route, so two Routes at
+// once are of one model one time in eight.
 func BenchmarkRouteParallel(b *testing.B) {
 	for _, models := range []int{1, 8} {
 		r, prompts := parallelFixture(b, models)
@@ -73,10 +73,11 @@ func BenchmarkRouteParallel(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				g := int(goroutine.Add(1))
+				rng := rand.New(rand.NewPCG(uint64(g), 3))
 				const inFlight = 64
 				ids := make([]string, inFlight)
 				for i := 0; pb.Next(); i++ {
-					m := (g + i) % models
+					m := rng.IntN(models)
 					id := fmt.Sprintf("g%d-%d", g, i)
 					if old := ids[i%inFlight]; old != "" {
 						if err := r.MarkFinished(old); err != nil {
@@ -85,7 +86,7 @@ func BenchmarkRouteParallel(b *testing.B) {
 						}
 					}
 					ids[i%inFlight] = id
-					p := &Prompt{Model: fmt.Sprint("m", m), Tokens: prompts[m][(g+i/models)%len(prompts[m])]}
+					p := &Prompt{Model: fmt.Sprint("m", m), Tokens: prompts[m][rng.IntN(len(prompts[m]))]}
 					if _, err := r.Route(p, id, 0, 8); err != nil {
 						b.Error(err)
 						return
