@@ -17,10 +17,11 @@
 //   - router.go: the Router; model.go: a model's state and its lock;
 //     registry.go: workers and their ranks per model.
 //   - prompt.go: validating and hashing a prompt.
-//   - candidates.go: matching a prompt and costing each rank; policy.go:
-//     the policies and the time policy's cost; timecost.go: its learner;
-//     decay.go: the learner's decay memo; pending.go: a model's pending
-//     prefills.
+//   - candidates.go: matching a prompt and the costing pass over its
+//     model's ranks; policy.go: the policies; cost_blocks.go: the blocks
+//     policy's cost (and the overlap credit both use); cost_time.go: the
+//     time policy's; learner.go: the time policy's learner; decay.go: the
+//     learner's decay memo; pending.go: a model's pending prefills.
 //   - balance.go: the bounded-load guard and the load imbalance.
 //   - sample.go: choosing among the costs.
 //   - route.go: Route and what it records; decision.go: what Route answers
