@@ -19,7 +19,7 @@ import (
 // the bit, and the guard's diversion. The expected output was recorded from
 // the Router before its state was split per model, so a change in any
 // decision (a different choice, a cost off by one ulp, a different draw of
-// the sampler) fails here.
+// the sampler) fails here. The last line counts the decisions by reason.
 //
 //	replay seed=<n> models=<n> workers=<n> dp=<n> ops=<n> [policy=time|blocks]
 //	       [temperature=<f>] [busy-prefill=<tokens>] [balance=<c>] [approximate]
@@ -86,6 +86,7 @@ func (sc *replayScenario) run(t *testing.T) string {
 	}
 	var b strings.Builder
 	var active []string
+	reasons := map[string]int{}
 	next := 0
 	for op := range sc.ops {
 		switch x := rng.IntN(100); {
@@ -100,6 +101,7 @@ func (sc *replayScenario) run(t *testing.T) string {
 				continue
 			}
 			active = append(active, id)
+			reasons[dec.Reason]++
 			fmt.Fprintf(&b, "%d route %s -> %s/%d matched=%d/%d cost=%v", op, id, dec.WorkerID, dec.DPRank, dec.Matched, dec.PromptBlocks, dec.Cost)
 			if dec.Diverted {
 				fmt.Fprintf(&b, " diverted=%d", dec.DivertedBlocks)
@@ -131,6 +133,11 @@ func (sc *replayScenario) run(t *testing.T) string {
 		f.clock.advance(time.Duration(rng.IntN(20)) * time.Millisecond)
 	}
 	fmt.Fprintf(&b, "active %d\n", f.r.ActiveRequests())
+	b.WriteString("reasons")
+	for _, r := range Reasons {
+		fmt.Fprintf(&b, " %s=%d", r, reasons[r])
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
