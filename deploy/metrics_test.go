@@ -27,12 +27,6 @@ import (
 // list at merge; a name here that kvrouter exports fails
 // TestPendingMetricsStillPending, so the list empties itself.
 var pendingMetrics = []string{
-	// Routing-decision metrics (scoring, server).
-	"kvrouter_route_choices_total",               // {reason}: cache, load, guard, sampled, single
-	"kvrouter_route_prompt_blocks_total",         //
-	"kvrouter_route_matched_blocks_total",        //
-	"kvrouter_route_random_matched_blocks_total", // round robin's expected matched blocks
-	"kvrouter_route_load_imbalance",              // {model} gauge
 	// Tokenizer.
 	"kvrouter_tokenization_confirmed_total", // {model}
 	"kvrouter_tokenization_mismatched_total",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,14 +45,24 @@ type GatewayConfig struct {
 	DownFor time.Duration
 	// AttemptTimeout bounds one call to one replica (default 5 s).
 	AttemptTimeout time.Duration
+	// BusyRetries is how many times a call answered ResourceExhausted
+	// (every worker busy, or the replica's request table full) is tried
+	// again after a backoff (default 5; negative: none). The replica is
+	// healthy, so it is not ejected: docs/gateway-errors.md.
+	BusyRetries int
+	// BusyBackoff is the first backoff, doubled for each retry with full
+	// jitter (default 50 ms).
+	BusyBackoff time.Duration
 }
 
 // Gateway spreads Route over replicas round-robin and MarkPrefillDone and
 // MarkFinished as Marks says, as API gateways in front of several routers
 // would, and
 // retries a call that failed because its replica is unreachable (gRPC
-// Unavailable, or its attempt timed out) on the next one. Other errors
-// (NotFound for a mark the replica does not know) are returned as they are.
+// Unavailable, or its attempt timed out) on the next one. A call answered
+// ResourceExhausted (every worker busy) is tried again on the same replica
+// after a backoff, without ejecting it. Other errors (NotFound for a mark
+// the replica does not know) are returned as they are.
 // It has its own connections, so killing a replica looks to it as it would
 // to a real gateway.
 type Gateway struct {
@@ -63,6 +74,7 @@ type Gateway struct {
 	origin    sync.Map       // request id -> replica index (MarksOrigin)
 
 	routes, routeRetries, routeFailed atomic.Int64
+	busyRetries                       atomic.Int64
 	marks, markRetries, marksNotFound atomic.Int64
 	marksFailed, routesInFlight       atomic.Int64
 	routesBy                          []atomic.Int64
@@ -79,8 +91,11 @@ type GatewayStats struct {
 	RouteRetries     int64   `json:"route_retries"`
 	RoutesFailed     int64   `json:"routes_failed"`
 	RoutesPerReplica []int64 `json:"routes_per_replica"`
-	Marks            int64   `json:"marks"`
-	MarkRetries      int64   `json:"mark_retries"`
+	// BusyRetries are calls answered ResourceExhausted and tried again
+	// after a backoff.
+	BusyRetries int64 `json:"busy_retries"`
+	Marks       int64 `json:"marks"`
+	MarkRetries int64 `json:"mark_retries"`
 	// MarksNotFound are marks a replica answered NotFound (it did not know
 	// the request); MarksFailed failed otherwise.
 	MarksNotFound int64 `json:"marks_not_found"`
@@ -90,7 +105,7 @@ type GatewayStats struct {
 // Sub is s - u, counter by counter.
 func (s GatewayStats) Sub(u GatewayStats) GatewayStats {
 	d := GatewayStats{Routes: s.Routes - u.Routes, RouteRetries: s.RouteRetries - u.RouteRetries,
-		RoutesFailed: s.RoutesFailed - u.RoutesFailed, Marks: s.Marks - u.Marks, MarkRetries: s.MarkRetries - u.MarkRetries,
+		RoutesFailed: s.RoutesFailed - u.RoutesFailed, BusyRetries: s.BusyRetries - u.BusyRetries, Marks: s.Marks - u.Marks, MarkRetries: s.MarkRetries - u.MarkRetries,
 		MarksNotFound: s.MarksNotFound - u.MarksNotFound, MarksFailed: s.MarksFailed - u.MarksFailed}
 	for i, n := range s.RoutesPerReplica {
 		if i < len(u.RoutesPerReplica) {
@@ -119,6 +134,12 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.AttemptTimeout == 0 {
 		cfg.AttemptTimeout = 5 * time.Second
 	}
+	if cfg.BusyRetries == 0 {
+		cfg.BusyRetries = 5
+	}
+	if cfg.BusyBackoff == 0 {
+		cfg.BusyBackoff = 50 * time.Millisecond
+	}
 	g := &Gateway{cfg: cfg, downUntil: make([]atomic.Int64, len(cfg.Addrs)), routesBy: make([]atomic.Int64, len(cfg.Addrs)),
 		calls: new(sync.WaitGroup)}
 	for _, a := range cfg.Addrs {
@@ -143,7 +164,7 @@ func (g *Gateway) Close() {
 // Stats returns the counters so far.
 func (g *Gateway) Stats() GatewayStats {
 	s := GatewayStats{
-		Routes: g.routes.Load(), RouteRetries: g.routeRetries.Load(), RoutesFailed: g.routeFailed.Load(),
+		Routes: g.routes.Load(), RouteRetries: g.routeRetries.Load(), RoutesFailed: g.routeFailed.Load(), BusyRetries: g.busyRetries.Load(),
 		Marks: g.marks.Load(), MarkRetries: g.markRetries.Load(),
 		MarksNotFound: g.marksNotFound.Load(), MarksFailed: g.marksFailed.Load(),
 	}
@@ -203,6 +224,7 @@ func (g *Gateway) call(ctx context.Context, start int, retries *atomic.Int64,
 		}
 	}
 	var err error
+	busy := 0
 	for k := 0; k < n; k++ {
 		i := (start + k) % n
 		if live > 0 && g.downUntil[i].Load() > now {
@@ -211,6 +233,14 @@ func (g *Gateway) call(ctx context.Context, start int, retries *atomic.Int64,
 		actx, cancel := context.WithTimeout(ctx, g.cfg.AttemptTimeout)
 		err = fn(actx, g.clients[i])
 		cancel()
+		if status.Code(err) == codes.ResourceExhausted && busy < g.cfg.BusyRetries && g.backoff(ctx, busy) {
+			// Busy is the fleet's state, not the replica's: the same
+			// replica again, after a while, and no ejection.
+			busy++
+			g.busyRetries.Add(1)
+			k--
+			continue
+		}
 		if err == nil || !retryable(ctx, err) {
 			return i, err
 		}
@@ -218,6 +248,21 @@ func (g *Gateway) call(ctx context.Context, start int, retries *atomic.Int64,
 		retries.Add(1)
 	}
 	return -1, err
+}
+
+// backoff waits before busy retry number try (from 0): a random time up to
+// BusyBackoff x 2^try, capped at 64 x BusyBackoff. It reports false when ctx
+// ended first.
+func (g *Gateway) backoff(ctx context.Context, try int) bool {
+	d := time.Duration(rand.Int64N(int64(g.cfg.BusyBackoff<<min(try, 6)) + 1))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (g *Gateway) nextStart(turn *atomic.Uint64) int {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
@@ -105,6 +107,50 @@ func TestGatewayAllDown(t *testing.T) {
 	}
 	if st := g.Stats(); st.RoutesFailed != 1 || st.RouteRetries != 2 {
 		t.Fatalf("%+v, want 1 failed after 2 retries", st)
+	}
+}
+
+// TestGatewayBusy: a replica answering ResourceExhausted (every worker
+// busy) is asked again after a backoff and stays in rotation; once the
+// retries are spent the error reaches the caller as it is.
+func TestGatewayBusy(t *testing.T) {
+	fr0, _, a0 := serveFake(t)
+	fr1, _, a1 := serveFake(t)
+	fr0.mu.Lock()
+	fr0.busy = 2
+	fr0.mu.Unlock()
+	g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, BusyBackoff: time.Microsecond, BusyRetries: 3, DownFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	choose := g.Chooser(fleet, "m")
+	for i, id := range []string{"a", "b", "c"} {
+		if _, err := choose(context.Background(), i, make([]uint32, 32), id); err != nil {
+			t.Fatalf("route %s: %v", id, err)
+		}
+	}
+	// Route a went to replica 0 after two busy answers; b to replica 1; c
+	// to replica 0 again: it was not ejected.
+	if st := g.Stats(); st.BusyRetries != 2 || st.RouteRetries != 0 || st.RoutesFailed != 0 || st.RoutesPerReplica[0] != 2 || st.RoutesPerReplica[1] != 1 {
+		t.Fatalf("%+v; want 2 busy retries, no failover, 2/1 Routes", st)
+	}
+	for _, fr := range []*fakeRouter{fr0, fr1} { // (d goes to replica 1)
+		fr.mu.Lock()
+		fr.busy = fr.routed + 10
+		fr.mu.Unlock()
+	}
+	_, err = choose(context.Background(), 3, make([]uint32, 32), "d")
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("route with every retry busy: %v; want ResourceExhausted", err)
+	}
+	if st := g.Stats(); st.BusyRetries != 5 || st.RouteRetries != 0 {
+		t.Fatalf("%+v; want 3 more busy retries and no failover", st)
 	}
 }
 

@@ -38,6 +38,7 @@ type fakeRouter struct {
 	n      int
 	routed int
 	failAt int // Route call number that fails (1-based); 0 never
+	busy   int // Route calls answered ResourceExhausted first
 	order  map[string][]string
 }
 
@@ -47,6 +48,9 @@ func (f *fakeRouter) Route(_ context.Context, r *kvrouterv1.RouteRequest) (*kvro
 	f.routed++
 	if f.routed == f.failAt {
 		return nil, status.Error(codes.Unavailable, "every candidate is excluded")
+	}
+	if f.routed <= f.busy {
+		return nil, status.Error(codes.ResourceExhausted, "every worker of model \"m\" is over its busy thresholds")
 	}
 	if r.RequestId == "" || len(r.Prompt.GetTokenIds()) == 0 || r.Prompt.Model != "m" {
 		return nil, status.Error(codes.InvalidArgument, "bad request")

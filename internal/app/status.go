@@ -39,10 +39,8 @@ type statusPage struct {
 func (p *statusPage) decision(model, requestID string, d *scoring.Decision) {
 	sd := status.Decision{
 		Model: model, RequestID: requestID, WorkerID: d.WorkerID, DPRank: d.DPRank,
-		Matched: d.Matched, PromptBlocks: d.PromptBlocks, Cost: d.Cost, RandomMatched: -1,
+		Reason: d.Reason, Matched: d.Matched, PromptBlocks: d.PromptBlocks, RandomMatched: d.RandomMatched, Cost: d.Cost,
 	}
-	// Reason and RandomMatched (scoring's Decision.Reason and
-	// .RandomMatched) are set here once scoring reports them.
 	var cands [8]status.Candidate
 	n := 0
 	for _, c := range d.Candidates {

@@ -94,3 +94,14 @@ func BenchmarkStatusDecision(b *testing.B) {
 		}
 	})
 }
+
+// TestStatusDecisionReason: the page's log gets scoring's reason and round
+// robin's expected match with each decision.
+func TestStatusDecisionReason(t *testing.T) {
+	p := &statusPage{decisions: status.NewDecisionLog(status.LogConfig{})}
+	p.decision("m", "req-1", &scoring.Decision{WorkerID: "w1", Matched: 30, PromptBlocks: 32, Reason: scoring.ReasonCache, RandomMatched: 7.5})
+	got := p.decisions.Recent()
+	if len(got) != 1 || got[0].Reason != scoring.ReasonCache || got[0].RandomMatched != 7.5 {
+		t.Fatalf("Recent() = %+v; want one decision with reason cache, random matched 7.5", got)
+	}
+}

@@ -1,6 +1,10 @@
 package scoring
 
-import "math"
+import (
+	"math"
+	"slices"
+	"strings"
+)
 
 // The bounded-load guard, after consistent hashing with bounded loads
 // (Mirrokni, Thorup and Zadimoghaddam): a Route's candidates are only the
@@ -65,7 +69,7 @@ import "math"
 // bound in its pass over the ranks, and only a Route that finds a rank over
 // it makes a second pass, over the candidates' loads.
 
-// balanceState is a model's guard state. Guarded by loadTable.mu.
+// balanceState is a model's guard state. Guarded by model.mu.
 type balanceState struct {
 	scale float64 // S: loads are in units of it (0: no request yet)
 	grow  float64 // exp(1 / N) for the model's ranks at the last Route
@@ -87,7 +91,7 @@ func (s *balanceState) window(n int, c float64) {
 }
 
 // rescale brings the loads of ranks (a model's list) back to scale 1 once
-// the scale grows large: rare, O(ranks). The caller holds loadTable.mu.
+// the scale grows large: rare, O(ranks). The caller holds model.mu.
 func (s *balanceState) rescale(ranks []*rank) {
 	if s.scale < maxScale {
 		return
@@ -99,10 +103,9 @@ func (s *balanceState) rescale(ranks []*rank) {
 	s.scale = 1
 }
 
-// routedAdded counts q's prompt on its rank's load. The caller holds
-// loadTable.mu.
-func (t *loadTable) routedAdded(q *request, f *fleetTiming) {
-	b := &f.balance
+// routedAdded counts q's prompt on its rank's load. The caller holds m.mu.
+func (m *model) routedAdded(q *request) {
+	b := &m.fleet.balance
 	if b.scale == 0 { // (a remote request before any Route here)
 		b.scale, b.grow = 1, 1
 	}
@@ -114,19 +117,11 @@ func (t *loadTable) routedAdded(q *request, f *fleetTiming) {
 	}
 }
 
-// unlistedBalance takes rk, just taken off its model's list, out of the model's
-// total. The caller holds loadTable.mu.
-func (t *loadTable) unlistedBalance(rk *rank) {
-	if f := t.fleets[rk.worker.Model]; f != nil {
-		f.balance.total = max(0, f.balance.total-rk.routed)
-	}
-}
-
 // bound is the largest load admissible for a prompt of x blocks over n
 // ranks on a rank that holds none of it, (1 + c) / 2 x the mean (+Inf with
-// the guard off). The caller holds r.load.mu.
+// the guard off). The caller holds the model's lock.
 func (r *Router) bound(b *balanceState, n int, x float64) float64 {
-	if r.cfg.DisableBalance || b == nil {
+	if r.cfg.DisableBalance {
 		return math.Inf(1)
 	}
 	return (1 + r.cfg.BalanceFactor) / 2 * (b.total + x*b.scale) / float64(n)
@@ -177,15 +172,48 @@ func (r *Router) chooseAdmitted(s *scratch, temperature float64) int {
 	return r.choose(s.costs, temperature, s.loads, s.bound)
 }
 
-// balanceOf returns the guard state of ranks' model, its window set for
-// them, or nil when the table holds no more models. The caller holds
-// loadTable.mu.
-func (r *Router) balanceOf(ranks []*rank) *balanceState {
-	f := r.load.fleetOf(ranks[0].worker.Model)
-	if f == nil {
-		return nil
+// balanceOf returns m's guard state, its window set for its n ranks. The
+// caller holds m.mu.
+func (r *Router) balanceOf(m *model, ranks []*rank) *balanceState {
+	m.fleet.balance.window(len(ranks), r.cfg.BalanceFactor)
+	m.fleet.balance.rescale(ranks)
+	return &m.fleet.balance
+}
+
+// Imbalance is one model's load imbalance across its ranks.
+type Imbalance struct {
+	Model string
+	// Ratio is the largest rank's recent routed context (the guard's load,
+	// whether or not the guard is on) over the mean of the model's ranks: 1
+	// is even, BalanceFactor is where the guard holds a rank. 0 before the
+	// model's first Route.
+	Ratio float64
+}
+
+// Imbalances reports every model's load imbalance, by model name.
+func (r *Router) Imbalances() []Imbalance {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Imbalance, 0, len(r.models))
+	for name, ranks := range r.models {
+		m := ranks[0].model
+		m.mu.Lock()
+		out = append(out, Imbalance{Model: name, Ratio: imbalanceOf(ranks)})
+		m.mu.Unlock()
 	}
-	f.balance.window(len(ranks), r.cfg.BalanceFactor)
-	f.balance.rescale(ranks)
-	return &f.balance
+	slices.SortFunc(out, func(a, b Imbalance) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// imbalanceOf is the largest load of ranks over their mean (0: no load).
+// The caller holds their model's lock.
+func imbalanceOf(ranks []*rank) float64 {
+	most, total := 0.0, 0.0
+	for _, rk := range ranks {
+		most, total = max(most, rk.routed), total+rk.routed
+	}
+	if total <= 0 {
+		return 0
+	}
+	return most * float64(len(ranks)) / total
 }

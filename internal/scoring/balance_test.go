@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
@@ -13,10 +14,9 @@ import (
 func guardLoads(r *Router, model string) (map[string]float64, float64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
+	defer r.lockModels()()
 	scale := 1.0
-	if f := r.load.fleets[model]; f != nil {
+	if f := r.fleetFor(model); f != nil {
 		scale = max(f.balance.scale, 1)
 	}
 	out := map[string]float64{}
@@ -131,5 +131,26 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 				t.Fatalf("with the guard no Route was reported diverted, though w0 took %.0f of %.0f blocks", sent["w0"], mean*ranks)
 			}
 		})
+	}
+}
+
+// TestImbalances: a model whose Routes all went to one of its two ranks
+// reports 2 (twice the mean), one not yet routed 0.
+func TestImbalances(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisableBalance = true; c.DisablePrediction = true })
+	f.addWorker("a", "m", 1)
+	f.addWorker("b", "m", 1)
+	f.addWorker("c", "idle", 1)
+	toks := tokens(1, 4*bs)
+	f.store("a", 0, toks, 4, kv.TierDevice)
+	for i := range 3 {
+		if d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, fmt.Sprint("r", i), 0, 0); err != nil || d.WorkerID != "a" {
+			t.Fatalf("route %d: %v, %v", i, d, err)
+		}
+	}
+	got := f.r.Imbalances()
+	want := []Imbalance{{Model: "idle"}, {Model: "m", Ratio: 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Imbalances() = %v; want %v", got, want)
 	}
 }

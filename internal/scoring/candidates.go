@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"math"
+	"time"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 	"github.com/kvrouter/kvrouter/internal/normalize"
@@ -40,9 +41,10 @@ func resize[T any](s []T, n int) []T {
 // evaluate matches p's hashes (s.hashes, from preparePrompt) against the
 // index and the overlay. It fills s.radixM, s.depth and s.byTier per rank
 // of the model's rank list, which it returns, and s.cached for every rank
-// with radixM > 0 (with withCached, for every rank).
+// with radixM > 0 (with withCached, for every rank). Predictions count
+// until now.
 // The caller holds r.mu for reading.
-func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, error) {
+func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool, now time.Time) ([]*rank, error) {
 	ranks := r.models[p.Model]
 	if len(ranks) == 0 { // (the model's last worker left since preparePrompt)
 		return nil, errNoWorker(p.Model)
@@ -102,7 +104,7 @@ func (r *Router) evaluate(p *Prompt, s *scratch, withCached bool) ([]*rank, erro
 		}
 	}
 	s.chained = false // (the pooled scratch holds the last prompt's chain)
-	r.overlay.extend(s, ranks, r.cfg.now(), r.cfg.DisablePrediction)
+	ranks[0].model.overlay.extend(s, ranks, now, r.cfg.DisablePrediction)
 	return ranks, nil
 }
 
@@ -120,15 +122,15 @@ func (s *scratch) prefixKeys() []uint64 {
 // costCandidates keeps the ranks evaluate filled in s that are under the busy
 // thresholds in s.cands (index into ranks), with their cost terms in s.terms
 // and their costs in s.costs (cost's formula, or under PolicyTime
-// timeCoster's). It reports whether any rank is a candidate. The caller holds
-// r.mu for reading. It also sets s.bound, the bounded-load guard's
-// (admit).
+// timeCoster's, at now). It reports whether any rank is a candidate. The
+// caller holds r.mu for reading; it takes the model's lock for the pass.
+// It also sets s.bound, the bounded-load guard's (admit).
 //
 // It visits every rank of the model: a rank that matched nothing still has a
 // cost (its load). It is kept cheap per rank instead: the overlap credit is
 // summed only for ranks that matched a block, and the slices are written in
 // place.
-func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
+func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 	promptBlocks := float64(len(s.hashes))
 	n := len(ranks)
 	// The slices in locals: the loop's stores then need no reload of s.
@@ -137,9 +139,9 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	k, lowest, lowCost := 0, 0, math.Inf(1)
 	timed := r.cfg.Policy == PolicyTime
 	var tc timeCoster
-	now := r.cfg.now()
-	r.load.mu.Lock()
-	bound := r.bound(r.balanceOf(ranks), n, promptBlocks) // (balance.go)
+	m := ranks[0].model
+	m.mu.Lock()
+	bound := r.bound(r.balanceOf(m, ranks), n, promptBlocks) // (balance.go)
 	perCached := r.cachedRelief(promptBlocks)
 	over := false
 	for j, rk := range ranks {
@@ -153,7 +155,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 		t := r.cost(promptBlocks, credit, rk)
 		if timed {
 			if k == 0 {
-				tc.begin(r, ranks, now)
+				tc.begin(r, m, ranks, now)
 			}
 			t.cost = tc.cost(r, rk, j, s, t)
 		}
@@ -176,54 +178,13 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch) bool {
 	if over && k > 1 {
 		s.admit(bound)
 	}
-	r.load.mu.Unlock()
+	m.mu.Unlock()
 	return k > 0
 }
 
 // busy reports whether rk is over a busy threshold, and so no candidate.
-// The caller holds r.load.mu.
+// The caller holds rk's model's lock.
 func (r *Router) busy(rk *rank) bool {
 	return (r.cfg.MaxActivePrefillTokens > 0 && rk.prefillTokens >= r.cfg.MaxActivePrefillTokens) ||
 		(r.cfg.MaxActiveDecodeBlocks > 0 && rk.decodeBlocks >= r.cfg.MaxActiveDecodeBlocks)
-}
-
-// credit is a rank's overlap credit: each matched block weighted by its best
-// tier's weight, and predicted blocks as device blocks.
-//
-// The sum is written out, tier by tier in the order of the tiers (the
-// operations and their order are those of a loop over them, so the credit
-// is the same to the bit): a Route computes it for every rank that matched.
-func (r *Router) credit(byTier *[kv.NumTiers]uint32, predicted uint32) float64 {
-	w := &r.weights
-	c := 0.0
-	c += w[0] * float64(byTier[0])
-	c += w[1] * float64(byTier[1])
-	c += w[2] * float64(byTier[2])
-	c += w[3] * float64(byTier[3])
-	return c + w[kv.TierDevice]*float64(predicted)
-}
-
-// credit's written-out sum covers exactly kv.NumTiers tiers; a change in
-// their number fails to compile here.
-var _ = [1]struct{}{}[kv.NumTiers-4]
-
-// costTerms is one candidate's cost and the terms it is made of (reported
-// in Decision.Candidates).
-type costTerms struct {
-	prefill, decode, cost float64
-}
-
-// cost is the routing cost of rk for a prompt of promptBlocks blocks of
-// which credit (tier-weighted) are cached on it:
-//
-//	prefill = prompt blocks - overlap credit + active prefill blocks
-//	cost    = PrefillWeight * prefill + active decode blocks
-//
-// It is the one place PolicyBlocks' formula is written; under PolicyTime,
-// timeCoster replaces the cost with seconds. The caller holds
-// r.load.mu (rk's load).
-func (r *Router) cost(promptBlocks, credit float64, rk *rank) costTerms {
-	prefill := promptBlocks - credit + float64(rk.prefillBlocks)
-	decode := float64(rk.decodeBlocks)
-	return costTerms{prefill: prefill, decode: decode, cost: r.cfg.PrefillWeight*prefill + decode}
 }

@@ -71,7 +71,7 @@ func TestRouteBusyThresholds(t *testing.T) {
 	if !seen["a"] || !seen["b"] {
 		t.Fatalf("two requests went to %v; want one each", seen)
 	}
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("all busy: %v; want ErrUnavailable", err)
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrResourceExhausted) {
+		t.Fatalf("all busy: %v; want ErrResourceExhausted", err)
 	}
 }

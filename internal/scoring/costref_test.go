@@ -81,20 +81,20 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	ranks, err := r.evaluate(p, fresh, false)
+	ranks, err := r.evaluate(p, fresh, false, r.cfg.now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.load.mu.Lock()
+	unlock := r.lockModels()
 	cands, costs, want := referenceCosts(r, ranks, fresh, r.cfg.now())
-	r.load.mu.Unlock()
-	if _, err := r.evaluate(p, reused, false); err != nil {
+	unlock()
+	if _, err := r.evaluate(p, reused, false, r.cfg.now()); err != nil {
 		t.Fatal(err)
 	}
-	r.load.mu.Lock()
+	unlock = r.lockModels()
 	admitted := referenceAdmit(r, ranks, float64(len(fresh.hashes)), fresh.depth, cands)
-	r.load.mu.Unlock()
-	r.costCandidates(ranks, reused)
+	unlock()
+	r.costCandidates(ranks, reused, r.cfg.now())
 	var adm []int
 	for i := range reused.cands {
 		if reused.loads[i] <= reused.bound {
@@ -115,9 +115,8 @@ func checkCosts(t *testing.T, r *Router, p *Prompt, reused *scratch) {
 	if r.cfg.Policy != PolicyTime || len(cands) == 0 {
 		return
 	}
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
-	if fl := r.load.fleets[p.Model]; fl != nil && (math.Float64bits(fl.queue) != math.Float64bits(want.queue) || fl.capacity != want.capacity) {
+	defer r.lockModels()()
+	if fl := r.fleetFor(p.Model); fl != nil && (math.Float64bits(fl.queue) != math.Float64bits(want.queue) || fl.capacity != want.capacity) {
 		t.Fatalf("fleet after the Route: queue %v capacity %d, reference %v %d", fl.queue, fl.capacity, want.queue, want.capacity)
 	}
 }
@@ -165,7 +164,7 @@ func referenceAdmit(r *Router, ranks []*rank, x float64, depth []uint32, cands [
 	for i := range all {
 		all[i] = i
 	}
-	f := r.load.fleets[ranks[0].worker.Model]
+	f := r.fleetFor(ranks[0].worker.Model)
 	if r.cfg.DisableBalance || f == nil || len(cands) < 2 {
 		return all
 	}
@@ -196,7 +195,7 @@ func referenceAdmit(r *Router, ranks []*rank, x float64, depth []uint32, cands [
 
 // referenceTimeCosts writes PolicyTime's costs of cands into costs.
 func referenceTimeCosts(r *Router, ranks []*rank, s *scratch, now time.Time, cands []int, terms []costTerms, costs []float64) (want fleetAfter) {
-	f := r.load.fleets[ranks[cands[0]].worker.Model]
+	f := r.fleetFor(ranks[cands[0]].worker.Model)
 	e := ratesOf(f, r.load.priorSPT)
 	pending := 0.0
 	for _, rk := range ranks {

@@ -6,7 +6,7 @@ package scoring
 // thousand ranks. rankDecay is a pure function of the distance (fleet
 // samples since the rank's last one) and the rank count, so a remembered
 // value is the one rankDecay returns, bit for bit, and costs are unchanged.
-// Guarded by loadTable.mu.
+// Guarded by its model's lock.
 type decayMemo struct {
 	ranks int
 	k     []float64 // k[d-1]: rankDecay at distance d; 0 not computed yet

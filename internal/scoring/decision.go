@@ -1,6 +1,9 @@
 package scoring
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Decision answers Route.
 type Decision struct {
@@ -16,10 +19,35 @@ type Decision struct {
 	// balance cost this request.
 	Diverted       bool
 	DivertedBlocks uint32
+	// Reason is why this worker was chosen (one of the Reason* names).
+	Reason string
+	// RandomMatched is the mean matched blocks over the candidates: what a
+	// uniformly random choice among them (round robin's) would have matched.
+	RandomMatched float64
 	// Candidates has the candidates' cost terms, the chosen one first when
 	// Route was given a limit.
 	Candidates []Candidate
 }
+
+// Why a Route chose its worker (Decision.Reason).
+const (
+	// ReasonSingle: one candidate was under the busy thresholds.
+	ReasonSingle = "single"
+	// ReasonGuard: the bounded-load guard excluded the cheapest candidate.
+	ReasonGuard = "guard"
+	// ReasonSampled: temperature sampling picked a candidate other than the
+	// cheapest admitted one.
+	ReasonSampled = "sampled"
+	// ReasonCache: the chosen worker holds more of the prompt than some
+	// other candidate and no candidate holds more: the cache decided.
+	ReasonCache = "cache"
+	// ReasonLoad: every other reason: the candidates holding the most of
+	// the prompt hold the same, or the load outweighed a longer match.
+	ReasonLoad = "load"
+)
+
+// Reasons lists the Reason* names.
+var Reasons = []string{ReasonCache, ReasonLoad, ReasonGuard, ReasonSampled, ReasonSingle}
 
 // Candidate is one candidate's cost terms.
 type Candidate struct {
@@ -52,6 +80,36 @@ func fillDecision(dec *Decision, ranks []*rank, s *scratch, pick, maxCandidates 
 	dec.Candidates = slices.Grow(dec.Candidates, len(s.top))
 	for _, c := range s.top {
 		dec.Candidates = append(dec.Candidates, s.candidate(ranks, c))
+	}
+}
+
+// explain sets dec.Reason and dec.RandomMatched for candidate pick of s,
+// after diversion set dec.Diverted.
+func (s *scratch) explain(dec *Decision, pick int, temperature float64) {
+	n := len(s.cands)
+	var sum uint64
+	var most, least uint32 = 0, math.MaxUint32
+	lowest := math.Inf(1) // the cheapest admitted cost
+	for i, j := range s.cands {
+		d := s.depth[j]
+		sum += uint64(d)
+		most, least = max(most, d), min(least, d)
+		if s.loads[i] <= s.bound { // (+Inf: the guard admitted every candidate)
+			lowest = min(lowest, s.costs[i])
+		}
+	}
+	dec.RandomMatched = float64(sum) / float64(n)
+	switch got := s.depth[s.cands[pick]]; {
+	case n == 1:
+		dec.Reason = ReasonSingle
+	case dec.Diverted:
+		dec.Reason = ReasonGuard
+	case temperature > 0 && s.costs[pick] != lowest:
+		dec.Reason = ReasonSampled
+	case got > 0 && got == most && least < most:
+		dec.Reason = ReasonCache
+	default:
+		dec.Reason = ReasonLoad
 	}
 }
 

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
@@ -47,5 +48,45 @@ func TestRouteMaxCandidatesOneKeepsChosen(t *testing.T) {
 	}
 	if notCheapest == 0 {
 		t.Fatal("temperature 50 never sampled a worker other than the cheapest; the test checks nothing")
+	}
+}
+
+// TestExplain checks the reason a Decision gives and round robin's
+// expected match, from the candidates' matched blocks, costs and guard
+// loads.
+func TestExplain(t *testing.T) {
+	inf := math.Inf(1)
+	for _, tc := range []struct {
+		name        string
+		depth       []uint32
+		costs       []float64
+		loads       []float64
+		bound       float64
+		pick        int
+		temperature float64
+		diverted    bool
+		want        string
+		random      float64
+	}{
+		{name: "one candidate", depth: []uint32{3}, costs: []float64{1}, loads: []float64{0}, bound: inf, want: ReasonSingle, random: 3},
+		{name: "the longest match", depth: []uint32{1, 4, 0}, costs: []float64{3, 1, 4}, loads: []float64{0, 0, 0}, bound: inf, pick: 1, want: ReasonCache, random: 5.0 / 3},
+		{name: "equal matches", depth: []uint32{2, 2}, costs: []float64{3, 1}, loads: []float64{0, 0}, bound: inf, pick: 1, want: ReasonLoad, random: 2},
+		{name: "no match", depth: []uint32{0, 0}, costs: []float64{3, 1}, loads: []float64{0, 0}, bound: inf, pick: 1, want: ReasonLoad},
+		{name: "load over a longer match", depth: []uint32{5, 1}, costs: []float64{9, 2}, loads: []float64{0, 0}, bound: inf, pick: 1, want: ReasonLoad, random: 3},
+		{name: "guard", depth: []uint32{5, 1}, costs: []float64{1, 2}, loads: []float64{9, 0}, bound: 4, pick: 1, diverted: true, want: ReasonGuard, random: 3},
+		{name: "sampled", depth: []uint32{5, 1}, costs: []float64{1, 2}, loads: []float64{0, 0}, bound: inf, pick: 1, temperature: 0.5, want: ReasonSampled, random: 3},
+		{name: "sampled the cheapest admitted", depth: []uint32{5, 1, 0}, costs: []float64{5, 2, 3}, loads: []float64{9, 0, 0}, bound: 4, pick: 1, temperature: 0.5, want: ReasonLoad, random: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scratch{depth: tc.depth, costs: tc.costs, loads: tc.loads, bound: tc.bound}
+			for i := range tc.depth {
+				s.cands = append(s.cands, i)
+			}
+			dec := &Decision{Diverted: tc.diverted}
+			s.explain(dec, tc.pick, tc.temperature)
+			if dec.Reason != tc.want || dec.RandomMatched != tc.random {
+				t.Errorf("reason %q, random matched %v; want %q, %v", dec.Reason, dec.RandomMatched, tc.want, tc.random)
+			}
+		})
 	}
 }

@@ -23,6 +23,9 @@ const (
 	LimitActiveRequests = "active_requests"  // Config.MaxActiveRequests
 	LimitWorkers        = "workers"          // Config.MaxWorkers
 	LimitDPSize         = "dp_size"          // kv.MaxDPSize
+	// LimitBusy: every worker of the model is over a busy threshold
+	// (Config.MaxActivePrefillTokens, Config.MaxActiveDecodeBlocks).
+	LimitBusy = "busy"
 )
 
 // LimitError is a call refused by one of the Router's limits. It wraps

@@ -3,7 +3,28 @@ package scoring
 import (
 	"fmt"
 	"math"
+
+	"github.com/cespare/xxhash/v2"
 )
+
+// fleetFor is model's learner and guard state, nil without the model.
+func (r *Router) fleetFor(model string) *fleetTiming {
+	if m := r.states[model]; m != nil {
+		return &m.fleet
+	}
+	return nil
+}
+
+// pendingByModel is each model's pending prefills, for the models with any.
+func (r *Router) pendingByModel() map[string]int64 {
+	out := map[string]int64{}
+	for name, m := range r.states {
+		if m.pending != 0 {
+			out[name] = m.pending
+		}
+	}
+	return out
+}
 
 // checkInvariants stops the Router and checks its tables agree: registry,
 // model lists, load counters against active requests, the overlay's holders
@@ -13,9 +34,12 @@ func (r *Router) checkInvariants() error {
 	defer r.mu.Unlock()
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
-	r.overlay.mu.Lock()
-	defer r.overlay.mu.Unlock()
-	for _, check := range []func() error{r.checkRegistry, r.checkLoad, r.checkOverlay, r.checkSlotCache} {
+	defer r.lockModels()()
+	for _, m := range r.states {
+		m.overlay.mu.Lock()
+		defer m.overlay.mu.Unlock()
+	}
+	for _, check := range []func() error{r.checkRegistry, r.checkModels, r.checkLoad, r.checkDigests, r.checkOverlays, r.checkSlotCache} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -42,7 +66,7 @@ func (r *Router) checkRegistry() error {
 			if ms := r.models[wk.Model]; rk.idx >= len(ms) || ms[rk.idx] != rk {
 				return fmt.Errorf("rank %v: idx %d does not index model %q's list", rk.key, rk.idx, wk.Model)
 			}
-			if st := r.overlay.slots[rk.slot]; st == nil || st.rank != rk {
+			if st := rk.model.overlay.slots[rk.slot]; st == nil || st.rank != rk {
 				return fmt.Errorf("rank %v: overlay slot %d belongs to another rank", rk.key, rk.slot)
 			}
 		}
@@ -120,10 +144,7 @@ func (r *Router) checkLoad() error {
 // summed (up to rounding). The caller holds every lock.
 func (r *Router) checkBalance() error {
 	for m, ranks := range r.models {
-		f := r.load.fleets[m]
-		if f == nil {
-			continue
-		}
+		f := r.fleetFor(m)
 		sum := 0.0
 		for _, rk := range ranks {
 			sum += rk.routed
@@ -139,11 +160,6 @@ func (r *Router) checkBalance() error {
 // prefills summed, and absent for a model without any. The caller holds
 // every lock.
 func (r *Router) checkPending() error {
-	for m, n := range r.load.pending {
-		if _, ok := r.models[m]; !ok || n == 0 {
-			return fmt.Errorf("pending prefills %d for model %q, which has no ranks or none pending", n, m)
-		}
-	}
 	for m, ranks := range r.models {
 		sum := int64(0)
 		for _, rk := range ranks {
@@ -152,9 +168,63 @@ func (r *Router) checkPending() error {
 			}
 			sum += rk.timing.pending
 		}
-		if got := r.load.pending[m]; got != sum {
+		if got := r.states[m].pending; got != sum {
 			return fmt.Errorf("model %q: %d pending prefills kept, its ranks' sum %d", m, got, sum)
 		}
+	}
+	return nil
+}
+
+// checkOverlays checks every model's overlay.
+func (r *Router) checkOverlays() error {
+	for name, m := range r.states {
+		if err := r.checkOverlay(m.overlay); err != nil {
+			return fmt.Errorf("model %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// checkModels checks there is a model state for every model with ranks,
+// and only for those, and that every rank points at its model's.
+func (r *Router) checkModels() error {
+	if len(r.states) != len(r.models) {
+		return fmt.Errorf("%d model states for %d models", len(r.states), len(r.models))
+	}
+	for name, ranks := range r.models {
+		m := r.states[name]
+		if m == nil || m.name != name {
+			return fmt.Errorf("model %q has no state of its own", name)
+		}
+		for _, rk := range ranks {
+			if rk.model != m {
+				return fmt.Errorf("rank %v points at another model's state", rk.key)
+			}
+		}
+	}
+	return nil
+}
+
+// checkDigests checks the per-origin digests are the active requests'
+// count and xor, as a scan of them finds.
+func (r *Router) checkDigests() error {
+	want := map[string]digest{}
+	for id, q := range r.load.requests {
+		d := want[q.origin]
+		d.n++
+		d.sum ^= xxhash.Sum64String(id)
+		want[q.origin] = d
+	}
+	if len(want) != len(r.load.digests) {
+		return fmt.Errorf("digests for %d origins, requests of %d", len(r.load.digests), len(want))
+	}
+	for origin, d := range r.load.digests {
+		if *d != want[origin] {
+			return fmt.Errorf("origin %q: digest %+v, its requests %+v", origin, *d, want[origin])
+		}
+	}
+	if n := r.load.n.Load(); n != int64(len(r.load.requests)) {
+		return fmt.Errorf("%d requests counted, %d active", n, len(r.load.requests))
 	}
 	return nil
 }
@@ -162,8 +232,7 @@ func (r *Router) checkPending() error {
 // checkOverlay checks each slot's FIFO (increasing expiries, its stale count,
 // its capacity) against the holders, and that every holder has exactly one
 // current FIFO entry. The caller holds every lock.
-func (r *Router) checkOverlay() error {
-	o := r.overlay
+func (r *Router) checkOverlay(o *overlay) error {
 	entries := map[[2]uint64]int{} // (slot, key) -> current FIFO entries
 	for slot, st := range o.slots {
 		if st == nil {

@@ -32,12 +32,13 @@ func TestApproximateWorkerCapacity(t *testing.T) {
 	if res.Scores[0].Matched != 2 {
 		t.Fatalf("after eviction of p1's last 6 blocks matched = %d, want 2", res.Scores[0].Matched)
 	}
+	o := f.r.states["m"].overlay
 	f.r.RemoveWorker("x")
 	if _, err := f.r.Score(&Prompt{Model: "m", Tokens: p1}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("score after the model's last worker left: %v; want ErrNotFound", err)
 	}
-	if len(f.r.overlay.keys) != 0 {
-		t.Fatalf("overlay holds %d keys after its only worker left", len(f.r.overlay.keys))
+	if len(o.keys) != 0 {
+		t.Fatalf("overlay holds %d keys after its only worker left", len(o.keys))
 	}
 }
 
@@ -128,7 +129,7 @@ func TestPredictionForRemovedRankIsDropped(t *testing.T) {
 		t.Fatalf("b got overlay slot %d, not a's freed slot %d; the test needs the reuse", nb.slot, old.slot)
 	}
 	toks := tokens(1, 4*bs)
-	f.r.overlay.predict(old, radix.PrefixKeys(hashesOf(toks), nil), f.clock.now())
+	old.model.overlay.predict(old, radix.PrefixKeys(hashesOf(toks), nil), f.clock.now())
 	res, err := f.r.Score(&Prompt{Model: "m", Tokens: toks})
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,10 @@ func TestPendingSumFollowsTheModelList(t *testing.T) {
 	check := func(when string, want map[string]int64) {
 		t.Helper()
 		f.r.mu.Lock()
-		f.r.load.mu.Lock()
+		unlock := f.r.lockModels()
 		err := f.r.checkPending()
-		got := fmt.Sprint(f.r.load.pending)
-		f.r.load.mu.Unlock()
+		got := fmt.Sprint(f.r.pendingByModel())
+		unlock()
 		f.r.mu.Unlock()
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
@@ -50,15 +50,15 @@ func TestPendingSumFollowsTheModelList(t *testing.T) {
 	if chosen["a"] == 0 {
 		t.Fatalf("no request on a (%v): the removal below would test nothing", chosen)
 	}
-	wk, last, ok := f.r.unregister("a")
-	if !ok || last {
-		t.Fatalf("unregister a: ok %v last %v", ok, last)
+	wk, ok := f.r.unregister("a")
+	if !ok {
+		t.Fatalf("unregister a: not registered")
 	}
 	check("a off the list, its requests not yet released", map[string]int64{"m": 6 - chosen["a"]})
 	for _, rk := range wk.ranks { // (the rest of RemoveWorker)
-		f.r.overlay.removeRank(rk.slot)
+		rk.model.overlay.removeRank(rk.slot)
 	}
-	f.r.load.dropWorker(wk, last)
+	f.r.load.dropWorker(wk)
 	check("a's requests released", map[string]int64{"m": 6 - chosen["a"]})
 	f.r.RemoveWorker("b")
 	check("b removed", map[string]int64{})

@@ -38,7 +38,7 @@ type worker struct {
 type rank struct {
 	idx int // position in its model's rank list; guarded by Router.mu
 
-	// Guarded by loadTable.mu.
+	// Guarded by model.mu.
 	prefillBlocks int64
 	decodeBlocks  int64
 	routed        float64 // the bounded-load guard's load, in its model's scale (balance.go)
@@ -49,7 +49,8 @@ type rank struct {
 
 	key         kv.WorkerRank
 	worker      *worker
-	slot        int32 // overlay slot
+	model       *model
+	slot        int32 // its model's overlay slot
 	approximate bool
 	// handle is the rank's index entry, once seen (indexCached).
 	handle atomic.Pointer[radix.Handle]
@@ -96,6 +97,7 @@ func (r *Router) AddWorker(w Worker) error {
 		return limitError(LimitWorkers, ErrResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.ID, len(r.workers))
 	}
 	wk := &worker{Worker: w}
+	m := r.modelFor(w.Model)
 	for i := 0; i < w.DPSize; i++ {
 		capacity, ttl := r.cfg.PredictionCapacity, r.cfg.PredictionTTL
 		if w.Approximate {
@@ -104,9 +106,10 @@ func (r *Router) AddWorker(w Worker) error {
 		rk := &rank{
 			key:         kv.WorkerRank{ID: w.ID, DPRank: uint32(i)},
 			worker:      wk,
+			model:       m,
 			approximate: w.Approximate,
 		}
-		r.overlay.addRank(rk, capacity, ttl)
+		m.overlay.addRank(rk, capacity, ttl)
 		wk.ranks = append(wk.ranks, rk)
 		r.ranks[rk.key] = rk
 		rk.idx = len(r.models[w.Model])
@@ -119,31 +122,31 @@ func (r *Router) AddWorker(w Worker) error {
 
 // RemoveWorker drops a worker, its predictions and its active requests.
 func (r *Router) RemoveWorker(id string) {
-	wk, last, ok := r.unregister(id)
+	wk, ok := r.unregister(id)
 	if !ok {
 		return
 	}
 	for _, rk := range wk.ranks {
-		r.overlay.removeRank(rk.slot)
+		rk.model.overlay.removeRank(rk.slot)
 	}
-	r.load.dropWorker(wk, last)
+	r.load.dropWorker(wk)
 }
 
 // unregister is RemoveWorker's part under r.mu: the worker leaves the
 // registry, its model's list and the slot cache, so no Route chooses it.
-// last reports it was its model's last worker.
-func (r *Router) unregister(id string) (wk *worker, last, ok bool) {
+// The model's state goes with its last worker.
+func (r *Router) unregister(id string) (wk *worker, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if wk, ok = r.workers[id]; !ok {
-		return nil, false, false
+		return nil, false
 	}
 	delete(r.workers, id)
 	ms := r.models[wk.Model]
 	ms = slices.DeleteFunc(slices.Clone(ms), func(rk *rank) bool { return rk.worker == wk })
-	last = len(ms) == 0
-	if last {
+	if len(ms) == 0 {
 		delete(r.models, wk.Model)
+		delete(r.states, wk.Model)
 	} else {
 		r.models[wk.Model] = ms
 		for j, rk := range ms {
@@ -153,13 +156,13 @@ func (r *Router) unregister(id string) (wk *worker, last, ok bool) {
 	for _, rk := range wk.ranks {
 		delete(r.ranks, rk.key)
 	}
-	r.load.unlist(wk.ranks) // (with the model list, under r.mu: a Route sees both or neither)
+	wk.ranks[0].model.unlist(wk.ranks) // (with the model list, under r.mu: a Route sees both or neither)
 	for i, rk := range r.bySlot {
 		if rk != nil && rk.worker == wk {
 			r.bySlot[i] = nil
 		}
 	}
-	return wk, last, true
+	return wk, true
 }
 
 // slotRank is an index slot whose rank evaluate had to look up in the rank

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
@@ -193,7 +191,7 @@ func (r *Router) applyRoute(origin string, c *LoadChange, now time.Time) error {
 		return fmt.Errorf("%w: worker %q rank %d is not registered here", ErrNotFound, c.WorkerID, c.DPRank)
 	}
 	if len(c.Predicted) > 0 {
-		r.overlay.predict(rk, c.Predicted, now)
+		rk.model.overlay.predict(rk, c.Predicted, now)
 	}
 	if c.RequestID == "" {
 		return nil
@@ -230,9 +228,7 @@ func (t *loadTable) addRemote(origin string, c *LoadChange, rk *rank, now, expir
 		t.remote.dropped++
 		return fmt.Errorf("%w: remote request %q not added: %d requests are active, the limit", ErrResourceExhausted, c.RequestID, len(t.requests))
 	}
-	t.insertLocked(c.RequestID, rk, c.PrefillBlocks, c.PrefillTokens, c.DecodeBlocks, expires)
-	q := t.requests[c.RequestID]
-	q.origin = origin
+	q := t.insertLocked(c.RequestID, origin, rk, c.PrefillBlocks, c.PrefillTokens, c.DecodeBlocks, expires)
 	if c.PrefillDone || (marked && tb.prefillDone) {
 		t.markPrefillDone(q, now, false)
 	}
@@ -306,19 +302,16 @@ func (r *Router) ResetRemote(origin string, state []LoadChange) (released, added
 }
 
 // LoadDigest sums the active requests of origin ("" for this replica's own):
-// their count and the xor of their ids' hashes. Replicas compare digests to
-// notice that they have drifted apart.
+// their count and the xor of their ids' hashes, kept as requests come and
+// go. Replicas compare digests to notice that they have drifted apart.
 func (r *Router) LoadDigest(origin string) (n int, sum uint64) {
 	r.load.expire(r.cfg.now())
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
-	for q := r.load.head; q != nil; q = q.next {
-		if q.origin == origin {
-			n++
-			sum ^= xxhash.Sum64String(q.id)
-		}
+	if d := r.load.digests[origin]; d != nil {
+		return d.n, d.sum
 	}
-	return n, sum
+	return 0, 0
 }
 
 // RemoteDropped is how many remote adds a full request table refused.

@@ -66,16 +66,17 @@ func (r *Router) checkRequestID(id string) error {
 // registered: a RemoveWorker in between would leave a request on a dead rank
 // and a prediction in an overlay slot that may have a new owner.
 func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID string, temperature float64, maxCandidates int, now time.Time) error {
-	ranks, err := r.evaluate(p, s, false)
+	ranks, err := r.evaluate(p, s, false, now)
 	if err != nil {
 		return err
 	}
-	if !r.costCandidates(ranks, s) {
-		return fmt.Errorf("%w: every worker of model %q is over its busy thresholds", ErrUnavailable, p.Model)
+	if !r.costCandidates(ranks, s, now) {
+		return limitError(LimitBusy, ErrResourceExhausted, "every worker of model %q is over its busy thresholds (--max-active-prefill-tokens, --max-active-decode-blocks); retry after a backoff", p.Model)
 	}
 	pick := r.chooseAdmitted(s, temperature)
 	fillDecision(dec, ranks, s, pick, maxCandidates)
 	s.diversion(dec, pick)
+	s.explain(dec, pick, temperature)
 	chosen := ranks[s.cands[pick]]
 	pb, pt, db := r.loadOf(p, s, dec.Matched)
 	if requestID != "" {
@@ -119,7 +120,7 @@ func (r *Router) predictChosen(s *scratch, chosen *rank, matched uint32, now tim
 		keys = chain[matched:min(len(chain), int(matched)+r.cfg.PredictionMaxBlocks)]
 	}
 	if len(keys) > 0 {
-		r.overlay.predict(chosen, keys, now)
+		chosen.model.overlay.predict(chosen, keys, now)
 	}
 	return keys
 }

@@ -17,9 +17,9 @@ type Router struct {
 	workers map[string]*worker
 	models  map[string][]*rank // model -> ranks, in registration order
 	ranks   map[kv.WorkerRank]*rank
+	states  map[string]*model // model -> its state (model.go)
 
-	overlay *overlay
-	load    *loadTable
+	load *loadTable
 
 	// bySlot caches index slot -> rank (radix.Score.Slot) so a match result
 	// finds its rank without a map lookup. Guarded by mu; filled lazily.
@@ -50,7 +50,7 @@ func New(cfg Config) (*Router, error) {
 		workers: make(map[string]*worker),
 		models:  make(map[string][]*rank),
 		ranks:   make(map[kv.WorkerRank]*rank),
-		overlay: newOverlay(),
+		states:  make(map[string]*model),
 		load:    newLoadTable(cfg.MaxActiveRequests, cfg.RequestTTL, cfg.PrefillTokensPerSecond),
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}

@@ -34,7 +34,7 @@ func (r *Router) Score(p *Prompt) (*ScoreResult, error) {
 		return nil, err
 	}
 	r.mu.RLock()
-	ranks, err := r.evaluate(p, s, true)
+	ranks, err := r.evaluate(p, s, true, r.cfg.now())
 	if err != nil {
 		r.mu.RUnlock()
 		return nil, err

@@ -127,7 +127,7 @@ func (st *stress) client(g uint64, iters int) error {
 		case op < 6:
 			id := fmt.Sprint("q", st.ids.Add(1))
 			_, err := r.Route(p, id, float64(rng.IntN(2)), rng.IntN(3))
-			if err != nil && !errors.Is(err, ErrUnavailable) {
+			if err != nil && !errors.Is(err, ErrResourceExhausted) {
 				return fmt.Errorf("route: %w", err)
 			}
 			if err == nil {

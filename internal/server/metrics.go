@@ -27,6 +27,14 @@ type metrics struct {
 
 	// The bounded-load guard's diversions and the prefill they cost.
 	diverted, divertedBlocks prometheus.Counter
+
+	// Why Routes chose their workers, and the blocks they matched against
+	// round robin's expectation.
+	choices                     *prometheus.CounterVec
+	byReason                    map[string]prometheus.Counter
+	promptBlocks, matchedBlocks prometheus.Counter
+	randomMatched               prometheus.Counter
+	imbalance                   *imbalanceCollector
 }
 
 // newMetrics registers the RPC metrics with reg (nil: registers nothing).
@@ -43,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"method", "code"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_rpc_rejected_total",
-			Help: "kvrouter gRPC calls refused by a limit, by limit: prompt_tokens, mm_items, request_id_bytes (InvalidArgument), active_requests, workers (ResourceExhausted), dp_size (InvalidArgument).",
+			Help: "kvrouter gRPC calls refused by a limit, by limit: prompt_tokens, mm_items, request_id_bytes (InvalidArgument), active_requests, workers (ResourceExhausted), dp_size (InvalidArgument), busy (ResourceExhausted: every worker of the model over its busy thresholds).",
 		}, []string{"reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_route_decisions_total",
@@ -62,6 +70,26 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "kvrouter_route_balance_diverted_blocks_total",
 			Help: "Prompt blocks the cheapest worker held beyond the chosen one's in Routes the guard diverted: prefill spent for balance.",
 		}),
+		choices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_route_choices_total",
+			Help: "Route decisions by why the worker was chosen: cache (it holds the most of the prompt, more than another candidate), load (the cost chose otherwise: equal matches, or load over a longer match), guard (the bounded-load guard excluded the cheapest), sampled (temperature sampling chose other than the cheapest), single (one candidate).",
+		}, []string{"reason"}),
+		promptBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_route_prompt_blocks_total",
+			Help: "Prompt blocks of routed prompts.",
+		}),
+		matchedBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_route_matched_blocks_total",
+			Help: "Blocks of routed prompts the chosen worker held (index and predictions): the router's view of its hits.",
+		}),
+		randomMatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvrouter_route_random_matched_blocks_total",
+			Help: "Blocks of routed prompts a uniformly random candidate would have held, in expectation: round robin's hits, to compare kvrouter_route_matched_blocks_total with.",
+		}),
+		imbalance: &imbalanceCollector{s: s, desc: prometheus.NewDesc(
+			"kvrouter_route_load_imbalance",
+			"The largest rank's recent routed context over the mean of its model's ranks (1: even; the guard holds a rank at --balance-factor), by model; 0 before the model's first Route.",
+			[]string{"model"}, nil)},
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_registered_workers",
 			Help: "Registered workers.",
@@ -76,11 +104,16 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.routeLatency = m.latency.WithLabelValues(routeMethod)
 	m.streamLatency = m.latency.WithLabelValues(routeStreamMethod)
 	for _, reason := range []string{scoring.LimitPromptTokens, scoring.LimitMMItems, scoring.LimitRequestIDBytes,
-		scoring.LimitActiveRequests, scoring.LimitWorkers, scoring.LimitDPSize} {
+		scoring.LimitActiveRequests, scoring.LimitWorkers, scoring.LimitDPSize, scoring.LimitBusy} {
 		m.rejected.WithLabelValues(reason) // reported at 0 from the start
 	}
+	m.byReason = make(map[string]prometheus.Counter, len(scoring.Reasons))
+	for _, reason := range scoring.Reasons {
+		m.byReason[reason] = m.choices.WithLabelValues(reason)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.latency, m.errors, m.rejected, m.decisions, m.hitRatio, m.diverted, m.divertedBlocks, m.workers, m.active} {
+		for _, c := range []prometheus.Collector{m.latency, m.errors, m.rejected, m.decisions, m.hitRatio, m.diverted, m.divertedBlocks, m.workers, m.active,
+			m.choices, m.promptBlocks, m.matchedBlocks, m.randomMatched, m.imbalance} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -122,6 +155,12 @@ func (m *metrics) decision(d *scoring.Decision) {
 		m.diverted.Inc()
 		m.divertedBlocks.Add(float64(d.DivertedBlocks))
 	}
+	if c, ok := m.byReason[d.Reason]; ok {
+		c.Inc()
+	}
+	m.promptBlocks.Add(float64(d.PromptBlocks))
+	m.matchedBlocks.Add(float64(d.Matched))
+	m.randomMatched.Add(d.RandomMatched)
 }
 
 func (m *metrics) forgetWorker(id string) {
@@ -145,5 +184,22 @@ func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
 		rank := strconv.FormatUint(uint64(l.DPRank), 10)
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Active), l.WorkerID, rank)
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, l.PrefillTokensPerSecond, l.WorkerID, rank)
+	}
+}
+
+// imbalanceCollector reports each model's load imbalance at scrape time.
+type imbalanceCollector struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (c *imbalanceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *imbalanceCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.s.ready.Load() {
+		return
+	}
+	for _, im := range c.s.router.Imbalances() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, im.Ratio, im.Model)
 	}
 }

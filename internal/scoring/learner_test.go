@@ -141,15 +141,11 @@ func describeContext(r *Router) string {
 func describeLearned(r *Router) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	r.load.mu.Lock()
-	defer r.load.mu.Unlock()
+	defer r.lockModels()()
 	var b strings.Builder
-	f := r.load.fleets["m"]
+	f := r.fleetFor("m")
 	e := ratesOf(f, 1/r.cfg.PrefillTokensPerSecond)
-	samples := 0.0
-	if f != nil {
-		samples = f.stats.n
-	}
+	samples := f.stats.n
 	fmt.Fprintf(&b, "fleet: %.4g tokens/s, %.3g s/token per decode block, queue %.3g, reuse %.3g, samples %.3g\n",
 		1/e.intercept, e.slope, e.queue, e.reuse, samples)
 	for _, rk := range r.models["m"] {
@@ -215,8 +211,8 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 		t.Fatalf("r2 -> %+v, %v; want the other worker, the only candidate under the threshold", d, err)
 	}
 	// Both are at the threshold now.
-	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("r3: %v; want ErrUnavailable", err)
+	if _, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "r3", 0, 0); !errors.Is(err, ErrResourceExhausted) {
+		t.Fatalf("r3: %v; want ErrResourceExhausted", err)
 	}
 	for _, id := range []string{"r1", "r2"} {
 		if err := f.r.MarkFinished(id); err != nil {
@@ -316,20 +312,20 @@ func TestSecondsPerTokenMemo(t *testing.T) {
 		t.Helper()
 		f.r.mu.RLock()
 		defer f.r.mu.RUnlock()
-		f.r.load.mu.Lock()
-		defer f.r.load.mu.Unlock()
-		e := ratesOf(f.r.load.fleets["m"], f.r.load.priorSPT)
+		defer f.r.lockModels()()
+		gen := f.r.states["m"].gen
+		e := ratesOf(f.r.fleetFor("m"), f.r.load.priorSPT)
 		var out []float64
 		for _, rk := range f.r.models["m"] {
 			decode := float64(rk.decodeBlocks)
 			want := e.secondsPerToken(&rk.timing, decode)
 			m := rk.timing.spt
-			current := m.gen == f.r.load.gen && m.decode == decode
+			current := m.gen == gen && m.decode == decode
 			switch {
 			case current && math.Float64bits(m.value) != math.Float64bits(want):
 				t.Fatalf("%s: rank %d: memo %v (generation %d), secondsPerToken %v", step, rk.key.DPRank, m.value, m.gen, want)
 			case wantCurrent && !current:
-				t.Fatalf("%s: rank %d: memo of generation %d decode %v, not the current %d %v", step, rk.key.DPRank, m.gen, m.decode, f.r.load.gen, decode)
+				t.Fatalf("%s: rank %d: memo of generation %d decode %v, not the current %d %v", step, rk.key.DPRank, m.gen, m.decode, gen, decode)
 			}
 			out = append(out, want)
 		}

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// The time policy's learner. Everything here is guarded by loadTable.mu.
+// The time policy's learner. Everything here is guarded by its model's
+// lock (model.mu).
 //
 // A prefill sample is one MarkPrefillDone: the request's uncached tokens, the
 // time the rank spent on it, and the rank's active decode blocks when it was
@@ -101,7 +102,7 @@ type rankTiming struct {
 }
 
 // sptMemo is a rank's last secondsPerToken, with what it was computed from:
-// the learner's generation (loadTable.gen) and the rank's decode load.
+// the learner's generation (model.gen) and the rank's decode load.
 // secondsPerToken is a pure function of the rank's and its fleet's learned
 // state, which change only with a new generation, and of the decode load,
 // so a remembered value is the one it would return, bit for bit. A Route
@@ -137,30 +138,29 @@ func rankDecay(fleetSeq, seq uint64, ranks int) float64 {
 	return math.Exp2(-float64(fleetSeq-seq) / (rankHalfLife * float64(max(ranks, 1))))
 }
 
-// prefillStarted records a routed request on its rank.
-func (t *loadTable) prefillStarted(q *request) {
+// prefillStarted records a routed request on its rank. The caller holds
+// m.mu.
+func (m *model) prefillStarted(q *request) {
 	rt := &q.rank.timing
 	if rt.pending == 0 {
 		rt.busySince = q.routed
 	}
 	rt.pending++
-	t.pendingChanged(q.rank, 1)
-	f := t.fleetOf(q.rank.worker.Model)
-	if f == nil {
-		return
-	}
-	t.routedAdded(q, f)
+	m.pendingChanged(q.rank, 1)
+	f := &m.fleet
+	m.routedAdded(q)
 	matched := float64(q.decodeBlocks - q.prefillBlocks)
 	f.hits = fleetKeep*f.hits + matched
 	f.stores = fleetKeep*f.stores + float64(q.prefillBlocks)
 }
 
 // prefillEnded learns from q's prefill, done at now (learn false: released
-// without a MarkPrefillDone, so now says nothing).
-func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
+// without a MarkPrefillDone, so now says nothing); prior is the configured
+// seconds per token. The caller holds m.mu.
+func (m *model) prefillEnded(q *request, now time.Time, learn bool, prior float64) {
 	rt := &q.rank.timing
 	rt.pending--
-	t.pendingChanged(q.rank, -1)
+	m.pendingChanged(q.rank, -1)
 	if !learn {
 		return
 	}
@@ -176,40 +176,20 @@ func (t *loadTable) prefillEnded(q *request, now time.Time, learn bool) {
 	if busy < 0 || q.prefillTokens <= 0 {
 		return
 	}
-	t.gen++ // (the stats below change)
+	m.gen++ // (the stats below change)
 	x := float64(q.decodeAtRoute)
-	f := t.fleetOf(q.rank.worker.Model)
+	f := &m.fleet
 	// One sample moves the estimate by at most outlierFactor: a stall (a
 	// late mark, a paused gateway) would otherwise dominate the sums for
 	// hundreds of samples, while a rank that really slowed down still gets
 	// there, by that factor per sample.
-	e := ratesOf(f, t.priorSPT)
+	e := ratesOf(f, prior)
 	busy = min(busy, outlierFactor*float64(q.prefillTokens)*e.secondsPerToken(rt, x))
-	if f == nil {
-		rt.stats.add(1, float64(q.prefillTokens), busy, x)
-		return
-	}
 	f.seq++
 	f.stats.add(fleetKeep, float64(q.prefillTokens), busy, x)
 	rt.stats.scale(rankDecay(f.seq, rt.seq, f.ranks))
 	rt.seq = f.seq
 	rt.stats.add(1, float64(q.prefillTokens), busy, x)
-}
-
-// fleetOf returns model's fleet state, creating it while the table holds
-// fewer models than it may hold requests. A model's state goes with its
-// last worker (dropWorker).
-func (t *loadTable) fleetOf(model string) *fleetTiming {
-	f, ok := t.fleets[model]
-	if !ok {
-		if len(t.fleets) >= t.max {
-			return nil
-		}
-		f = &fleetTiming{}
-		t.fleets[model] = f
-		t.gen++
-	}
-	return f
 }
 
 // rates is the learner's estimate for one model at one Route.
@@ -226,11 +206,8 @@ type rates struct {
 }
 
 // ratesOf is f's estimate; prior is the configured seconds per token used
-// until timings arrive. The caller holds loadTable.mu (f's decay memo).
+// until timings arrive. The caller holds f's model's lock (f's decay memo).
 func ratesOf(f *fleetTiming, prior float64) rates {
-	if f == nil {
-		return rates{intercept: prior, pseudo: 1}
-	}
 	s := &f.stats
 	b := s.slope()
 	perSample := 1.0 // tokens of one sample, the prior's weight
@@ -262,8 +239,8 @@ func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
 // rememberSecondsPerToken is secondsPerToken, remembered in rt's memo for
 // e's generation (which must be the one e was read at, never 0: a memo never
 // written holds generation 0). timeCoster.cost calls it when the memo is
-// not for e.gen and decode. The caller holds loadTable.mu (it writes the
-// memo).
+// not for e.gen and decode. The caller holds the rank's model's lock (it
+// writes the memo).
 func (e *rates) rememberSecondsPerToken(rt *rankTiming, decode float64) float64 {
 	v := e.secondsPerToken(rt, decode)
 	rt.spt = sptMemo{gen: e.gen, decode: decode, value: v}
