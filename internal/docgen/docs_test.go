@@ -43,6 +43,7 @@ var customTypes = map[string]string{
 	"kvrouter_active_requests":           "gauge",
 	"kvrouter_prefill_tokens_per_second": "gauge",
 	"kvrouter_rank_cached_blocks":        "gauge",
+	"kvrouter_route_load_imbalance":      "gauge",
 }
 
 // routerFlags is cmd/router's flag set: --config and --version (its own,
