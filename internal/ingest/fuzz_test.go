@@ -45,25 +45,37 @@ func FuzzApplier(f *testing.F) {
 		last := rp.publish()
 		r.onBatch(last, nil, seqPayload(last))
 
+		// Seqs apply in order, except after a clear, or once the rank is
+		// inexact (history lost, blocks kept) until it is cleared.
 		var prev int64 = -1
-		clears := 0
+		clears, inexact := 0, false
 		for _, tok := range rec.trace {
-			if tok == "clear" {
+			switch tok {
+			case "clear":
 				prev = -1
 				clears++
 				continue
+			case "inexact":
+				inexact = true
+				continue
+			case "exact":
+				inexact = false
+				continue
 			}
 			v, _ := strconv.ParseInt(tok, 10, 64)
-			if prev >= 0 && v != prev+1 {
-				t.Fatalf("applied %d after %d without a clear: %v", v, prev, rec.trace)
+			if prev >= 0 && v != prev+1 && !(inexact && v > prev) {
+				t.Fatalf("applied %d after %d without a clear or a loss: %v", v, prev, rec.trace)
 			}
 			prev = v
+		}
+		if st := r.status(); st.Inexact != inexact {
+			t.Fatalf("status inexact %v, trace says %v: %v", st.Inexact, inexact, rec.trace)
 		}
 		if prev != int64(last) {
 			t.Fatalf("last applied %d, last published %d: %v", prev, last, rec.trace)
 		}
 		if keep > 0 && rp.published <= uint64(keep) {
-			if clears != 0 || len(rec.trace) != int(rp.published) {
+			if clears != 0 || inexact || len(rec.trace) != int(rp.published) {
 				t.Fatalf("history never lost, but trace is %v", rec.trace)
 			}
 		}

@@ -104,6 +104,13 @@ type Worker struct {
 	Topic string
 	// DPSize is the number of data-parallel ranks (0 means 1).
 	DPSize int
+	// CapacityTokens is one rank's KV cache size in tokens (0: unknown,
+	// learned; see RankStatus.CapacityBlocks).
+	CapacityTokens uint64
+	// RankKVEndpoints and RankReplayEndpoints, when set, give each rank's
+	// endpoints (DPSize entries) instead of the rank 0 endpoint's port +
+	// rank, for data-parallel groups that span hosts.
+	RankKVEndpoints, RankReplayEndpoints []string
 }
 
 // Position is what a rank has applied, as Checkpoint reports it and
@@ -137,8 +144,8 @@ type RankStatus struct {
 	Gaps uint64
 	// Replays counts replay requests (catch-ups on connect and gap fills).
 	Replays uint64
-	// ReplayFailures counts gaps nothing could fill (the rank was cleared
-	// and rebuilt) and replay requests that failed.
+	// ReplayFailures counts gaps nothing could fill (the rank kept its
+	// blocks and became inexact) and replay requests that failed.
 	ReplayFailures uint64
 	// EngineRestarts counts detected engine restarts (the rank was cleared).
 	EngineRestarts uint64
@@ -160,12 +167,12 @@ type RankStatus struct {
 	CachedBlocks uint64
 	// Restore is what came of a rank started from Config.Resume: "" (not
 	// restored, or not decided yet), "restored" (the engine continued the
-	// snapshot's stream: nothing lost), "rebuilt" (its buffer no longer
-	// reached the restored seq + 1: cleared and rebuilt from the buffer),
+	// snapshot's stream: nothing lost), "rebuilt" (its history no longer
+	// reached the restored seq + 1: the snapshot's blocks kept, inexact),
 	// "reset" (the engine restarted meanwhile: cleared, following the new
 	// incarnation), "kept" (no replay; the first live seq followed the
 	// restored one) or "cleared" (no replay, or it failed, and the first
-	// live batch did not follow: cleared).
+	// live batch was at or below the restored seq: cleared).
 	Restore string
 	// CaughtUp reports that the rank's first connection's catch-up (the
 	// replay of its engine's buffer from the restored or last seq) is over,
@@ -173,6 +180,20 @@ type RankStatus struct {
 	// rank is connected: from then on the rank holds what the engine
 	// reported, as far as the engine still had it.
 	CaughtUp bool
+	// Inexact is set when history was lost (a gap nothing could fill, a
+	// batch that does not decode, a restore the engine's history no longer
+	// reached) and the rank kept its blocks: it may claim blocks the engine
+	// evicted meanwhile, and lack some it stored. InexactSinceSeq is the
+	// first seq lost. A clear (an engine restart, AllBlocksCleared) makes
+	// the rank exact again.
+	Inexact         bool
+	InexactSinceSeq uint64
+	// CapacityBlocks bounds what an inexact rank claims, in router blocks:
+	// Worker.CapacityTokens over the block size, or the most blocks the rank
+	// held while exact (0: not known yet). Evictions counts the claims an
+	// inexact rank dropped for it, oldest first.
+	CapacityBlocks uint64
+	Evictions      uint64
 }
 
 // Manager keeps one subscription per registered worker and rank.
@@ -367,7 +388,9 @@ func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank
 		budget:          m.budget,
 		handshakes:      make(chan struct{}, m.cfg.MaxHandshakes),
 		catchUpInterval: m.cfg.CatchUpInterval,
+		capFixed:        w.CapacityTokens / uint64(m.cfg.BlockSize),
 	}
+	r.capBlocks.Store(r.capFixed)
 	if w.ReplayEndpoint != "" {
 		s, err := RankEndpoint(w.ReplayEndpoint, dp)
 		if err != nil {
@@ -390,6 +413,7 @@ func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank
 	r.sink = &gatedSink{sink: r.sink, gate: gate}
 	if m.metrics != nil {
 		r.met = m.metrics.rank(w.ID, uint32(dp))
+		r.met.capacity.Set(float64(r.capFixed))
 	}
 	if resume {
 		if p, ok := m.cfg.Resume(id); ok && p.HasSeq {

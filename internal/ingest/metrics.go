@@ -46,6 +46,7 @@ type batchStats struct {
 	firstErr      error
 	ts            float64
 	dpMismatch    bool
+	cleared       bool // the batch cleared the rank's own blocks (AllBlocksCleared)
 }
 
 func (s *batchStats) reset() { *s = batchStats{} }
@@ -56,8 +57,8 @@ type metrics struct {
 	gaps, replays, replayFailures, restarts, reconnects       *prometheus.CounterVec
 	dpMismatch, restores                                      *prometheus.CounterVec
 	events, filtered, applyErrors, malformed                  *prometheus.CounterVec
-	dropped, catchUpsLimited, budgetWaits                     *prometheus.CounterVec
-	lastSeq, lag, connected                                   *prometheus.GaugeVec
+	dropped, catchUpsLimited, budgetWaits, evictions          *prometheus.CounterVec
+	lastSeq, lag, connected, inexact, capacity                *prometheus.GaugeVec
 	queuedBytes                                               prometheus.Gauge
 }
 
@@ -77,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		decodeErrors:   counter("decode_errors_total", "Batches or events that could not be decoded."),
 		gaps:           counter("gaps_total", "Sequence gaps seen on the live stream."),
 		replays:        counter("replays_total", "Replay requests sent to the engine."),
-		replayFailures: counter("replay_failures_total", "Gaps replay could not cover (the rank was cleared and rebuilt) and failed replay requests."),
+		replayFailures: counter("replay_failures_total", "Gaps replay could not cover (the rank kept its blocks, inexact) and failed replay requests."),
 		restarts:       counter("engine_restarts_total", "Engine restarts detected (seq went backwards); the rank was cleared."),
 		reconnects:     counter("reconnects_total", "Connections re-established after the first."),
 		dpMismatch:     counter("dp_rank_mismatch_total", "Batches whose dp rank differs from the endpoint's rank (the batch's rank is used)."),
@@ -90,17 +91,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"(second_publisher, handshakes, handshake, stalled).", "reason"),
 		catchUpsLimited: counter("catch_ups_limited_total", "Connections that did not catch up from seq 0 (one did less than the catch-up interval ago)."),
 		budgetWaits:     counter("queue_budget_waits_total", "Batches whose reader waited for the shared queue budget (reading nothing meanwhile)."),
+		evictions: counter("capacity_evictions_total", "Blocks an inexact rank stopped claiming because it claimed more than its "+
+			"capacity (oldest first)."),
 		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvrouter_ingest_queued_bytes",
 			Help: "Payload bytes queued across every rank (bounded by the queue budget)."}),
 		lastSeq:   gauge("last_seq", "Last sequence number applied."),
 		lag:       gauge("event_lag_seconds", "Now minus the timestamp of the last batch applied."),
 		connected: gauge("connected", "Live connections to the engine's publisher."),
+		inexact: gauge("inexact", "1 while the rank's index may differ from the engine's cache: history was lost and the "+
+			"blocks were kept (0 after a clear)."),
+		capacity: gauge("capacity_blocks", "The bound on what an inexact rank claims, in router blocks "+
+			"(registered, or learned while exact; 0 while not known)."),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
 			m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
 			m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits,
-			m.lastSeq, m.lag, m.connected, m.queuedBytes} {
+			m.lastSeq, m.lag, m.connected, m.queuedBytes, m.evictions, m.inexact, m.capacity} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -114,10 +121,10 @@ func (m *metrics) forget(worker string) {
 	l := prometheus.Labels{"worker": worker}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
 		m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
-		m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits} {
+		m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits, m.evictions} {
 		v.DeletePartialMatch(l)
 	}
-	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.lag, m.connected} {
+	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.lag, m.connected, m.inexact, m.capacity} {
 		v.DeletePartialMatch(l)
 	}
 }
@@ -127,14 +134,14 @@ func (m *metrics) forget(worker string) {
 type rankMetrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors prometheus.Counter
 	gaps, replays, replayFailures, restarts, reconnects       prometheus.Counter
-	dpMismatch, catchUpsLimited, budgetWaits                  prometheus.Counter
+	dpMismatch, catchUpsLimited, budgetWaits, evictions       prometheus.Counter
 	dropped                                                   [numDropReasons]prometheus.Counter
 	events                                                    [8]prometheus.Counter // by normalize.Kind
 	filtered                                                  [normalize.NumReasons]prometheus.Counter
 	applyErrors                                               [numApplyErrors]prometheus.Counter
 	malformedBy                                               [len(malformedReasons)]prometheus.Counter
 	restores                                                  [numRestoreOutcomes]prometheus.Counter
-	lastSeq, lag, connected                                   prometheus.Gauge
+	lastSeq, lag, connected, inexact, capacity                prometheus.Gauge
 }
 
 func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
@@ -156,6 +163,9 @@ func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
 		lastSeq:         m.lastSeq.WithLabelValues(worker, r),
 		lag:             m.lag.WithLabelValues(worker, r),
 		connected:       m.connected.WithLabelValues(worker, r),
+		evictions:       m.evictions.WithLabelValues(worker, r),
+		inexact:         m.inexact.WithLabelValues(worker, r),
+		capacity:        m.capacity.WithLabelValues(worker, r),
 	}
 	for _, k := range eventKinds {
 		rm.events[k.kind] = m.events.WithLabelValues(worker, r, k.name)

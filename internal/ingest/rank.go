@@ -80,7 +80,13 @@ type rank struct {
 	limited        atomic.Uint64
 	budgetWaits    atomic.Uint64
 	restore        atomic.Uint32 // the restore's outcome + 1 (0: none decided)
-	caughtUp       atomic.Bool   // the first connection's catch-up is over (CaughtUp)
+	inexact        atomic.Bool   // history was lost and the blocks kept (rankcap.go)
+	inexactSince   atomic.Uint64 // the first seq lost
+	capBlocks      atomic.Uint64 // the capacity in router blocks (0: not known yet)
+	evictions      atomic.Uint64 // claims an inexact rank dropped for its capacity
+	// capFixed is the registration's capacity in router blocks (0: learn it).
+	capFixed uint64
+	caughtUp atomic.Bool // the first connection's catch-up is over (CaughtUp)
 
 	// Applier state, owned by the applier goroutine.
 	seq       seqState
@@ -438,6 +444,7 @@ func (r *rank) restoreFrom(p Position) {
 		r.met.lastSeq.Set(float64(p.Seq))
 	}
 	r.handle(seqInput{kind: inRestore, seq: p.Seq, sum: p.Sum, epoch: []byte(p.Epoch)}, nil)
+	r.bound() // the snapshot's blocks were exact as of p.Seq
 }
 
 // pause is Checkpoint's hold on a rank's applier, between two batches.
@@ -595,6 +602,9 @@ func (r *rank) execute(acts []seqAction, payload []byte, redo bool) (from uint64
 			}
 		case actClear:
 			r.sink.reset()
+			r.markExact()
+		case actInexact:
+			r.markInexact(a.seq)
 		case actReplay:
 			from, replay = a.seq, true
 		case actCutReplay:
@@ -705,6 +715,10 @@ func (r *rank) apply(seq uint64, payload []byte) bool {
 		}
 	}
 	r.lastSeq.Store(seq)
+	if r.st.cleared {
+		r.markExact()
+	}
+	r.bound()
 	r.eventsApplied.Add(uint64(r.st.events))
 	if r.met != nil {
 		r.met.record(seq, &r.st)
@@ -738,6 +752,10 @@ func (r *rank) status() RankStatus {
 		CachedBlocks:    r.sink.cached(),
 		Restore:         restoreName(r.restore.Load()),
 		CaughtUp:        r.caughtUp.Load(),
+		Inexact:         r.inexact.Load(),
+		InexactSinceSeq: r.inexactSince.Load(),
+		CapacityBlocks:  r.capBlocks.Load(),
+		Evictions:       r.evictions.Load(),
 	}
 }
 

@@ -173,7 +173,10 @@ var restoreCases = []restoreCase{
 			return p
 		}},
 	// The buffer keeps 4 batches: the engine drops everything, then stores
-	// anew, and the buffer starts after the seq the router needs next.
+	// anew, and the buffer starts after the seq the router needs next. The
+	// router keeps the snapshot's blocks (inexact), learns its capacity from
+	// them, and drops the oldest claims past it: it holds every block the
+	// engine holds, and at most the capacity.
 	{name: "rebuilt", buffer: "4", want: "rebuilt",
 		away: func(t *testing.T, p *pyPub, e *engine, _ []*chain, _ uint64) *pyPub {
 			p.publish([]map[string]any{e.clearAll()}, false)
@@ -277,13 +280,17 @@ func checkRestored(t *testing.T, tc restoreCase, m2 *Manager, reg2 *prometheus.R
 	id := "restore-" + tc.name
 	rw := kv.WorkerRank{ID: id}
 	idx2 := m2.cfg.Index
-	checkTruth(t, idx2, rw, e)
 	checkTruth(t, idxRef, rw, e)
-	if got, want := content(t, idx2, rw), content(t, idxRef, rw); !maps.Equal(got, want) {
-		t.Errorf("restored index holds %d blocks, the router that never stopped %d, or they differ:\n%v\n%v",
-			len(got), len(want), got, want)
-	}
 	st := status(t, m2, id)
+	if tc.want == "rebuilt" {
+		checkInexact(t, idx2, rw, e, st)
+	} else {
+		checkTruth(t, idx2, rw, e)
+		if got, want := content(t, idx2, rw), content(t, idxRef, rw); !maps.Equal(got, want) {
+			t.Errorf("restored index holds %d blocks, the router that never stopped %d, or they differ:\n%v\n%v",
+				len(got), len(want), got, want)
+		}
+	}
 	if st.Restore != tc.want {
 		t.Errorf("Restore = %q, want %q", st.Restore, tc.want)
 	}
@@ -348,5 +355,21 @@ func TestCheckpointCutsAreConsistent(t *testing.T) {
 	checkTruth(t, idx, w, e)
 	if cuts != 151 {
 		t.Errorf("%d cuts, want 151", cuts)
+	}
+}
+
+// checkInexact checks an inexact rank: it holds every block the engine
+// holds (no under-claim), claims at most its capacity, and says it is
+// inexact.
+func checkInexact(t *testing.T, idx *radix.Index, w kv.WorkerRank, e *engine, st RankStatus) {
+	t.Helper()
+	if err := e.covered(idx, w); err != nil {
+		t.Error(err)
+	}
+	if !st.Inexact || st.InexactSinceSeq == 0 || st.CapacityBlocks == 0 || st.CachedBlocks > st.CapacityBlocks {
+		t.Errorf("status %+v: want inexact since a seq, holding at most its capacity", st)
+	}
+	if st.CachedBlocks <= uint64(len(e.held)) || st.Evictions == 0 {
+		t.Errorf("status %+v: want over-claims kept (more than the engine's %d blocks) and some evicted", st, len(e.held))
 	}
 }

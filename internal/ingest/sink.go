@@ -39,6 +39,8 @@ type indexSink struct {
 	// others are ranks a batch named instead of w (the batch's rank is
 	// trusted); reset clears them too.
 	others []uint32
+	// claims: w's stores since it became inexact (capacity.go).
+	claims claimLog
 }
 
 // errRefused: a batch that decodes but names a dp rank no engine has.
@@ -84,6 +86,9 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 			err = s.idx.Store(w, ev.Parent, ev.HasParent, ev.Tier, ev.Blocks)
 			if err == nil {
 				st.blocksStored += uint64(len(ev.Blocks))
+				if s.claims.on && w == s.w {
+					s.claims.note(ev.Blocks)
+				}
 			}
 		case normalize.KindStoreTier:
 			err = s.idx.StoreTier(w, ev.EngineHashes, ev.Tier)
@@ -94,6 +99,7 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 			}
 		case normalize.KindClear:
 			s.idx.Clear(w)
+			st.cleared = st.cleared || w == s.w
 		default:
 			continue
 		}
