@@ -47,6 +47,7 @@ type batchStats struct {
 	ts            float64
 	dpMismatch    bool
 	cleared       bool // the batch cleared the rank's own blocks (AllBlocksCleared)
+	parentZero    uint32 // stores whose parent 0 was taken for no parent
 }
 
 func (s *batchStats) reset() { *s = batchStats{} }

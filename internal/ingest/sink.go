@@ -84,6 +84,13 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		switch ev.Kind {
 		case normalize.KindStore:
 			err = s.idx.Store(w, ev.Parent, ev.HasParent, ev.Tier, ev.Blocks)
+			if ev.HasParent && ev.Parent == 0 && errors.Is(err, radix.ErrParentNotFound) {
+				// Publishers built on llm-d's event code send parent 0
+				// for "no parent": unless the rank holds a block whose
+				// engine hash is 0, that is what it means.
+				err = s.idx.Store(w, 0, false, ev.Tier, ev.Blocks)
+				st.parentZero++
+			}
 			if err == nil {
 				st.blocksStored += uint64(len(ev.Blocks))
 				if s.claims.on && w == s.w {
