@@ -46,7 +46,7 @@ type batchStats struct {
 	firstErr      error
 	ts            float64
 	dpMismatch    bool
-	cleared       bool // the batch cleared the rank's own blocks (AllBlocksCleared)
+	cleared       bool   // the batch cleared the rank's own blocks (AllBlocksCleared)
 	parentZero    uint32 // stores whose parent 0 was taken for no parent
 }
 
