@@ -309,8 +309,8 @@ func (m *Manager) Add(w Worker) error {
 	if w.DPSize == 0 {
 		w.DPSize = 1
 	}
-	if w.KVEndpoint == "" {
-		return fmt.Errorf("ingest: worker %q: no KV events endpoint", w.ID)
+	if err := w.checkRankEndpoints(); err != nil {
+		return fmt.Errorf("ingest: worker %q: %w", w.ID, err)
 	}
 
 	m.mu.Lock()
@@ -362,7 +362,7 @@ func (m *Manager) Add(w Worker) error {
 // newRank makes rank dp of w, from its snapshot position if resume; its
 // index writes pass gate.
 func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank, error) {
-	s, err := RankEndpoint(w.KVEndpoint, dp)
+	s, err := w.kvEndpoint(dp)
 	if err != nil {
 		return nil, err
 	}
@@ -391,11 +391,9 @@ func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank
 		capFixed:        w.CapacityTokens / uint64(m.cfg.BlockSize),
 	}
 	r.capBlocks.Store(r.capFixed)
-	if w.ReplayEndpoint != "" {
-		s, err := RankEndpoint(w.ReplayEndpoint, dp)
-		if err != nil {
-			return nil, err
-		}
+	if s, err := w.replayEndpoint(dp); err != nil {
+		return nil, err
+	} else if s != "" {
 		rep, err := replayEndpoint(s)
 		if err != nil {
 			return nil, err
