@@ -194,6 +194,9 @@ type RankStatus struct {
 	// inexact rank dropped for it, oldest first.
 	CapacityBlocks uint64
 	Evictions      uint64
+	// Problems lists why the rank's events are being refused, by reason
+	// (nil: none so far).
+	Problems []Problem
 }
 
 // Manager keeps one subscription per registered worker and rank.

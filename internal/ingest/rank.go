@@ -96,6 +96,7 @@ type rank struct {
 	replayErr error       // the last replay's error, for its log line
 	st        batchStats
 	logLimit  rateLimit
+	probs     problems
 }
 
 // listen binds (bind mode); run then starts the rank's goroutines. A worker's
@@ -705,19 +706,16 @@ func (r *rank) apply(seq uint64, payload []byte) bool {
 			r.met.decodeErrors.Inc()
 		}
 		if !errors.Is(err, errRefused) {
-			if r.logLimit.allow() {
-				r.log.Warn("kv events: batch does not decode", "seq", seq, "err", err)
-			}
+			r.problem(seq, "decode_error", 1, err.Error())
 			return false
 		}
-		if r.logLimit.allow() {
-			r.log.Warn("kv events: batch refused", "seq", seq, "err", err)
-		}
+		r.problem(seq, "batch_refused", 1, err.Error())
 	}
 	r.lastSeq.Store(seq)
 	if r.st.cleared {
 		r.markExact()
 	}
+	r.noteProblems(seq, &r.st)
 	r.bound()
 	r.eventsApplied.Add(uint64(r.st.events))
 	if r.met != nil {
@@ -756,6 +754,7 @@ func (r *rank) status() RankStatus {
 		InexactSinceSeq: r.inexactSince.Load(),
 		CapacityBlocks:  r.capBlocks.Load(),
 		Evictions:       r.evictions.Load(),
+		Problems:        r.probs.snapshot(),
 	}
 }
 

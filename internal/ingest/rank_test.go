@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -218,10 +219,10 @@ func TestRankCarriesOutActions(t *testing.T) {
 				t.Errorf("trace %q, want %q", got, tc.trace)
 			}
 			got := r.status()
-			got.Connected, got.DecodeErrors, got.CachedBlocks = false, 0, 0
+			got.Connected, got.DecodeErrors, got.CachedBlocks, got.Problems = false, 0, 0, nil
 			want := tc.want
 			want.CaughtUp = true // every scenario connects, and onConnect runs the catch-up to its end
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("status %+v\nwant   %+v", got, want)
 			}
 			rest := logs.String()
