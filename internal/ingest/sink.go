@@ -94,7 +94,7 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 			if err == nil {
 				st.blocksStored += uint64(len(ev.Blocks))
 				if s.claims.on && w == s.w {
-					s.claims.note(ev.Blocks)
+					s.claims.note(ev.Parent, ev.HasParent, ev.Blocks)
 				}
 			}
 		case normalize.KindStoreTier:
