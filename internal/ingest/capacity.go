@@ -56,7 +56,7 @@ type claimLog struct {
 	// maxTouched); stored counts the blocks stored since.
 	touched map[uint64]struct{}
 	stored  uint64
-	order []uint64
+	order   []uint64
 	// trim's buffers: the rank's export and the older blocks' order.
 	held  []heldBlock
 	nodes []exportNode // by export ref
