@@ -116,6 +116,31 @@ func content(t *testing.T, idx *radix.Index, w kv.WorkerRank) map[uint64]string 
 
 // restoreCount returns worker id's rank 0 kvrouter_ingest_restores_total for
 // outcome.
+// rankGauge returns gauge name's value for worker id's rank 0 (0 when it has
+// no series).
+func rankGauge(t *testing.T, reg *prometheus.Registry, name, id string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range mm.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["worker"] == id && l["dp_rank"] == "0" {
+				return mm.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func restoreCount(t *testing.T, reg *prometheus.Registry, id, outcome string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -283,7 +308,16 @@ func checkRestored(t *testing.T, tc restoreCase, m2 *Manager, reg2 *prometheus.R
 	st := status(t, m2, id)
 	if tc.want == "rebuilt" {
 		checkInexact(t, idx2, rw, e, st)
+		if got := rankGauge(t, reg2, "kvrouter_ingest_inexact", id); got != 1 {
+			t.Errorf("kvrouter_ingest_inexact = %v, want 1", got)
+		}
+		if got := rankGauge(t, reg2, "kvrouter_ingest_capacity_blocks", id); got != float64(st.CapacityBlocks) || got == 0 {
+			t.Errorf("kvrouter_ingest_capacity_blocks = %v, want the status's %d", got, st.CapacityBlocks)
+		}
 	} else {
+		if got := rankGauge(t, reg2, "kvrouter_ingest_inexact", id); got != 0 || st.Inexact {
+			t.Errorf("kvrouter_ingest_inexact = %v, status inexact %v: want exact", got, st.Inexact)
+		}
 		checkTruth(t, idx2, rw, e)
 		if got, want := content(t, idx2, rw), content(t, idxRef, rw); !maps.Equal(got, want) {
 			t.Errorf("restored index holds %d blocks, the router that never stopped %d, or they differ:\n%v\n%v",
