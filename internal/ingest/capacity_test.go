@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"runtime"
 	"slices"
 	"testing"
 
@@ -131,4 +132,25 @@ func TestTrimWaitsAndKeepsUsedPrefixes(t *testing.T) {
 		t.Fatalf("after trim(6) holds %v, want [1 2 3 4 202 203]", got)
 	}
 	store(4, run(300, 1)) // the engine stores under 4 again: its parent is there
+}
+
+// BenchmarkClaimLogMemory reports the heap an inexact rank's claim log costs
+// per block stored since the rank became inexact (an exact rank has none).
+func BenchmarkClaimLogMemory(b *testing.B) {
+	const blocks = 1 << 17
+	bs := run(1, blocks)
+	var before, after runtime.MemStats
+	for range b.N {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := &claimLog{}
+		c.fresh, c.touched = make(map[uint64]struct{}), make(map[uint64]struct{})
+		for i := 0; i < blocks; i += 64 {
+			c.note(0, false, bs[i:i+64])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/blocks, "bytes/claim")
+		runtime.KeepAlive(c)
+	}
 }
