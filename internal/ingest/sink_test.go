@@ -128,3 +128,45 @@ func TestSinkParentZero(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkSGLangPageSize1: SGLang's default page size 1, every token its own
+// BlockStored chained by parent hash, lands in the index as router blocks
+// (whole ones only) that prompts match, with nothing refused.
+func TestSinkSGLangPageSize1(t *testing.T) {
+	const tokens = 3*testBlockSize + 5 // three router blocks and a tail
+	var evs []any
+	for i := range tokens {
+		var parent any
+		if i > 0 {
+			parent = int64(1000 + i - 1)
+		}
+		evs = append(evs, []any{"BlockStored", []any{int64(1000 + i)}, parent, []any{7000 + i}, 1, nil, "GPU", nil})
+	}
+	payload, err := msgpack.Marshal([]any{1.0, evs, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := kv.WorkerRank{ID: "w"}
+	idx := radix.New(radix.Config{CheckInvariants: true})
+	s := newIndexSink(idx, w, testBlockSize, 0, slog.New(slog.DiscardHandler))
+	var st batchStats
+	if err := s.apply(payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	for r, n := range st.filtered {
+		if n > 0 {
+			t.Errorf("%d events filtered for %v", n, normalize.Reason(r))
+		}
+	}
+	if idx.Cached(w) != 3 || st.applyErrors != [numApplyErrors]uint32{} {
+		t.Fatalf("cached %d (want 3), apply errors %v", idx.Cached(w), st.applyErrors)
+	}
+	var toks []uint32
+	for i := range tokens {
+		toks = append(toks, uint32(7000+i))
+	}
+	sc := idx.Match(normalize.HashPrompt(normalize.Seed("", ""), toks, testBlockSize, nil, nil), nil)
+	if len(sc) != 1 || sc[0].Matched != 3 {
+		t.Fatalf("scores %+v, want w matching 3 blocks", sc)
+	}
+}
