@@ -60,7 +60,7 @@ func (s *seqState) restoreReply(in seqInput) bool {
 		s.took(ruleRestoreStartsAbove)
 		s.decide(outcomeRebuilt, "replay buffer starts above the restored seq + 1", in.seq, true)
 		s.inexact(h.last + 1)
-		s.apply(in.seq, in.sum)
+		s.emitApply(in.seq, in.sum)
 	case in.seq == h.last:
 		s.took(ruleRestoreVerified)
 		rp.verified = true

@@ -577,7 +577,7 @@ func (s *seqState) liveRules(b pendingLive) {
 	default:
 		s.took(ruleLiveApply)
 	}
-	s.apply(b.seq, b.sum)
+	s.emitApply(b.seq, b.sum)
 }
 
 // gap checks live seq for batches the live stream skipped and, when there
@@ -666,7 +666,7 @@ func (s *seqState) reply(in seqInput) {
 		}
 	}
 	s.took(ruleReplyApply)
-	s.apply(in.seq, in.sum)
+	s.emitApply(in.seq, in.sum)
 }
 
 // replayDone ends the replay in progress and carries on with what waited for
@@ -811,9 +811,9 @@ func (s *seqState) clear() {
 	s.held.ok, s.held.fromZero, s.conn.covered = false, false, false
 }
 
-// apply applies batch seq; it is the step's last action (the shell steps
-// undecodable right after when the batch does not decode).
-func (s *seqState) apply(seq, sum uint64) {
+// emitApply asks the shell to apply batch seq; it is the step's last action
+// (the shell steps undecodable right after when the batch does not decode).
+func (s *seqState) emitApply(seq, sum uint64) {
 	s.emit(seqAction{kind: actApply, seq: seq})
 	s.prev, s.applied = s.held, true
 	s.held = seqHeld{ok: true, last: seq, sum: sum}
