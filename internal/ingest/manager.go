@@ -281,6 +281,9 @@ func New(cfg Config) (*Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
+		if err := cfg.Registerer.Register(newRankCollector(m)); err != nil {
+			return nil, fmt.Errorf("ingest: metrics: %w", err)
+		}
 		m.metrics = met
 	}
 	var gauge prometheus.Gauge
@@ -414,7 +417,6 @@ func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank
 	r.sink = &gatedSink{sink: r.sink, gate: gate}
 	if m.metrics != nil {
 		r.met = m.metrics.rank(w.ID, uint32(dp))
-		r.met.capacity.Set(float64(r.capFixed))
 	}
 	if resume {
 		if p, ok := m.cfg.Resume(id); ok && p.HasSeq {

@@ -39,9 +39,6 @@ func (r *rank) applyLoop() {
 // blocks as of p.Seq.
 func (r *rank) restoreFrom(p Position) {
 	r.lastSeq.Store(p.Seq)
-	if r.met != nil {
-		r.met.lastSeq.Set(float64(p.Seq))
-	}
 	r.handle(seqInput{kind: inRestore, seq: p.Seq, sum: p.Sum, epoch: []byte(p.Epoch)}, nil)
 	r.bound() // the snapshot's blocks were exact as of p.Seq
 }
@@ -86,9 +83,6 @@ func (r *rank) handle(in seqInput, payload []byte) {
 // the replay ended. A rank stopped under it abandoned it: it did not fail.
 func (r *rank) runReplay(from uint64) seqInput {
 	r.replays.Add(1)
-	if r.met != nil {
-		r.met.replays.Inc()
-	}
 	err := r.replay.replay(r.ctx, from, r.onReply)
 	switch {
 	case r.ctx.Err() != nil:
@@ -158,25 +152,13 @@ func (r *rank) count(c seqCounter) {
 	switch c {
 	case countGaps:
 		r.gaps.Add(1)
-		if r.met != nil {
-			r.met.gaps.Inc()
-		}
 	case countReplayFailures:
 		r.replayFailures.Add(1)
-		if r.met != nil {
-			r.met.replayFailures.Inc()
-		}
 	case countRestarts:
 		r.restarts.Add(1)
-		if r.met != nil {
-			r.met.restarts.Inc()
-		}
 		r.lastSeq.Store(0) // nothing of the new incarnation applied yet
 	case countCatchUpsLimited:
 		r.limited.Add(1)
-		if r.met != nil {
-			r.met.catchUpsLimited.Inc()
-		}
 	}
 }
 

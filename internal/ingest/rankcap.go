@@ -13,9 +13,6 @@ func (r *rank) markInexact(seq uint64) {
 	}
 	r.inexactSince.Store(seq)
 	r.inexact.Store(true)
-	if r.met != nil {
-		r.met.inexact.Set(1)
-	}
 	r.log.Warn("kv events: worker rank inexact: blocks kept, some may be gone from the engine",
 		"since_seq", seq, "cached_blocks", r.sink.cached(), "capacity_blocks", r.capBlocks.Load())
 	if b, ok := r.sink.(bounder); ok {
@@ -31,9 +28,6 @@ func (r *rank) markExact() {
 		return
 	}
 	r.inexactSince.Store(0)
-	if r.met != nil {
-		r.met.inexact.Set(0)
-	}
 	if b, ok := r.sink.(bounder); ok {
 		b.track(false)
 	}
@@ -47,9 +41,6 @@ func (r *rank) bound() {
 		if r.capFixed == 0 {
 			if n := r.sink.cached(); n > r.capBlocks.Load() {
 				r.capBlocks.Store(n)
-				if r.met != nil {
-					r.met.capacity.Set(float64(n))
-				}
 			}
 		}
 		return
@@ -61,9 +52,6 @@ func (r *rank) bound() {
 	}
 	if n := b.trim(limit); n > 0 {
 		r.evictions.Add(n)
-		if r.met != nil {
-			r.met.evictions.Add(float64(n))
-		}
 		if r.logLimit.allow() {
 			r.log.Warn("kv events: inexact worker rank over its capacity: oldest claims dropped",
 				"dropped", n, "capacity_blocks", limit)

@@ -156,20 +156,11 @@ func (r *rank) serve(c *zmtpConn) {
 
 	if r.everConnected.Swap(true) {
 		r.reconnects.Add(1)
-		if r.met != nil {
-			r.met.reconnects.Inc()
-		}
 	}
 	r.conns.Add(1)
-	if r.met != nil {
-		r.met.connected.Set(float64(r.conns.Load()))
-	}
 	r.log.Info("kv events: connected", "endpoint", r.ep.String())
 	defer func() {
-		n := r.conns.Add(-1)
-		if r.met != nil {
-			r.met.connected.Set(float64(n))
-		}
+		r.conns.Add(-1)
 		if r.ctx.Err() == nil {
 			r.log.Warn("kv events: disconnected", "endpoint", r.ep.String())
 		}

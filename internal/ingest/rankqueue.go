@@ -11,9 +11,6 @@ func (r *rank) takeBudget(it *item) bool {
 // budgetWait counts a reader about to wait for the queue budget.
 func (r *rank) budgetWait() {
 	r.budgetWaits.Add(1)
-	if r.met != nil {
-		r.met.budgetWaits.Inc()
-	}
 }
 
 // Large messages: the queue bounds messages by count, so at most largeSlots
