@@ -30,10 +30,6 @@ var pendingMetrics = []string{
 	// Tokenizer.
 	"kvrouter_tokenization_confirmed_total", // {model}
 	"kvrouter_tokenization_mismatched_total",
-	// Ingest's per-rank state, as the ingest change names it, labels
-	// {worker, dp_rank} like every kvrouter_ingest_ series.
-	"kvrouter_ingest_inexact",         // gauge 0/1
-	"kvrouter_ingest_capacity_blocks", // gauge, 0 while not known
 }
 
 // engineMetrics are the engines' own metrics the dashboard cites, as vLLM's

@@ -69,6 +69,12 @@ type WorkerConfig struct {
 	DPSize           uint32 `yaml:"dp_size"`
 	BlockSize        uint32 `yaml:"block_size"`
 	Topic            string `yaml:"topic"`
+	// CapacityTokens is one rank's KV cache size in tokens (0: learned).
+	CapacityTokens uint64 `yaml:"capacity_tokens"`
+	// RankKVEventsEndpoints and RankReplayEndpoints list each rank's
+	// endpoints (dp_size entries) instead of the rank 0 endpoint's port + rank.
+	RankKVEventsEndpoints []string `yaml:"rank_kv_events_endpoints"`
+	RankReplayEndpoints   []string `yaml:"rank_replay_endpoints"`
 }
 
 // Proto is w as the Registry API carries it.
@@ -77,6 +83,8 @@ func (w WorkerConfig) Proto() *kvrouterv1.Worker {
 		WorkerId: w.WorkerID, Model: w.Model, Endpoint: w.Endpoint,
 		KvEventsEndpoint: w.KVEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
 		DpSize: w.DPSize, BlockSize: w.BlockSize, Topic: w.Topic,
+		CapacityTokens: w.CapacityTokens, RankKvEventsEndpoints: w.RankKVEventsEndpoints,
+		RankReplayEndpoints: w.RankReplayEndpoints,
 	}
 }
 

@@ -152,6 +152,8 @@ func (f *Fleet) follow(w *kvrouterv1.Worker) error {
 		err := f.ingest.Add(ingest.Worker{
 			ID: w.WorkerId, Model: w.Model, KVEndpoint: w.KvEventsEndpoint,
 			ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic, DPSize: dp,
+			CapacityTokens: w.CapacityTokens, RankKVEndpoints: w.RankKvEventsEndpoints,
+			RankReplayEndpoints: w.RankReplayEndpoints,
 		})
 		if err != nil {
 			kind := ErrInvalid
@@ -262,6 +264,8 @@ func normalized(w *kvrouterv1.Worker) *kvrouterv1.Worker {
 		WorkerId: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint,
 		KvEventsEndpoint: w.KvEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
 		DpSize: max(w.DpSize, 1), BlockSize: w.BlockSize, Topic: w.Topic,
+		CapacityTokens: w.CapacityTokens, RankKvEventsEndpoints: w.RankKvEventsEndpoints,
+		RankReplayEndpoints: w.RankReplayEndpoints, RankEndpoints: w.RankEndpoints,
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -176,6 +177,10 @@ func TestAddErrors(t *testing.T) {
 		// vLLM's literal endpoint, with the engine already bound on the
 		// port: the router binds (and says why and what to write instead).
 		{Worker{ID: "b", KVEndpoint: fmt.Sprintf("tcp://*:%d", takenPort)}, "register the engine's address"},
+		{Worker{ID: "b", DPSize: 2, RankKVEndpoints: []string{"tcp://127.0.0.1:5557"}}, "1 KV events endpoints for dp size 2"},
+		{Worker{ID: "b", DPSize: 2, RankKVEndpoints: []string{"tcp://127.0.0.1:5557", ""}}, "rank 1 has no KV events endpoint"},
+		{Worker{ID: "b", KVEndpoint: "tcp://127.0.0.1:5557", RankReplayEndpoints: []string{"a", "b"}}, "2 replay endpoints for dp size 1"},
+		{Worker{ID: "b", RankKVEndpoints: []string{"tcp://127.0.0.1:x"}}, "bad port"},
 	}
 	for _, tt := range tests {
 		err := m.Add(tt.w)
@@ -271,6 +276,52 @@ func TestDataParallelRanks(t *testing.T) {
 		if got := idx.Cached(kv.WorkerRank{ID: id, DPRank: uint32(r)}); got != 0 {
 			t.Errorf("rank %d holds %d blocks after Remove", r, got)
 		}
+	}
+}
+
+// TestRankEndpoints: a worker whose ranks' publishers are not on base port
+// + rank (a data-parallel group over hosts) lists them; each rank follows
+// its own, and a list that does not match the dp size is refused by
+// ErrRankEndpoints.
+func TestRankEndpoints(t *testing.T) {
+	m, idx, _ := newTestManager(t, true)
+	const dp = 2
+	var eps []string
+	gp := make([]*goPub, dp)
+	for r := range gp {
+		pub := zmq4.NewPub(context.Background(), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+		if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		gp[r] = &goPub{sock: pub}
+		eps = append(eps, "tcp://"+pub.Addr().String())
+	}
+	eps[0], eps[1] = eps[1], eps[0] // rank 0 on the other's port: never base + rank
+	gp[0], gp[1] = gp[1], gp[0]
+	if err := m.Add(Worker{ID: "x", DPSize: dp, RankKVEndpoints: eps[:1]}); !errors.Is(err, ErrRankEndpoints) {
+		t.Fatalf("Add with 1 endpoint for 2 ranks: %v, want ErrRankEndpoints", err)
+	}
+	id := "ranks"
+	if err := m.Add(Worker{ID: id, DPSize: dp, RankKVEndpoints: eps}); err != nil {
+		t.Fatal(err)
+	}
+	for r := range gp {
+		e := newEngine(uint64(70 + r))
+		deadline := waitDeadline()
+		for sent := uint64(0); ; {
+			if sent > 0 && rankSeen(m, id, r, sent) {
+				break
+			}
+			sent = gp[r].publishRank(t, nil, r)
+			if deadlinePassed(deadline) {
+				t.Fatalf("rank %d never received a batch: %+v", r, m.Status(id))
+			}
+		}
+		_, ev := e.store(nil, r+1)
+		seq := gp[r].publishRank(t, []map[string]any{ev}, r)
+		eventually(t, fmt.Sprintf("rank %d to apply seq %d", r, seq), func() bool { return rankSeen(m, id, r, seq) })
+		checkTruth(t, idx, kv.WorkerRank{ID: id, DPRank: uint32(r)}, e)
 	}
 }
 

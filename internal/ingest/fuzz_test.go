@@ -45,25 +45,37 @@ func FuzzApplier(f *testing.F) {
 		last := rp.publish()
 		r.onBatch(last, nil, seqPayload(last))
 
+		// Seqs apply in order, except after a clear, or once the rank is
+		// inexact (history lost, blocks kept) until it is cleared.
 		var prev int64 = -1
-		clears := 0
+		clears, inexact := 0, false
 		for _, tok := range rec.trace {
-			if tok == "clear" {
+			switch tok {
+			case "clear":
 				prev = -1
 				clears++
 				continue
+			case "inexact":
+				inexact = true
+				continue
+			case "exact":
+				inexact = false
+				continue
 			}
 			v, _ := strconv.ParseInt(tok, 10, 64)
-			if prev >= 0 && v != prev+1 {
-				t.Fatalf("applied %d after %d without a clear: %v", v, prev, rec.trace)
+			if prev >= 0 && v != prev+1 && !(inexact && v > prev) {
+				t.Fatalf("applied %d after %d without a clear or a loss: %v", v, prev, rec.trace)
 			}
 			prev = v
+		}
+		if st := r.status(); st.Inexact != inexact {
+			t.Fatalf("status inexact %v, trace says %v: %v", st.Inexact, inexact, rec.trace)
 		}
 		if prev != int64(last) {
 			t.Fatalf("last applied %d, last published %d: %v", prev, last, rec.trace)
 		}
 		if keep > 0 && rp.published <= uint64(keep) {
-			if clears != 0 || len(rec.trace) != int(rp.published) {
+			if clears != 0 || inexact || len(rec.trace) != int(rp.published) {
 				t.Fatalf("history never lost, but trace is %v", rec.trace)
 			}
 		}
@@ -152,15 +164,29 @@ func FuzzApplierRestarts(f *testing.F) {
 				break
 			}
 		}
+		// Batches apply in order, except once the rank is inexact (history
+		// lost, blocks kept): then seqs only increase.
 		whole := rp.published <= rp.keep // the buffer never lost any of this incarnation
-		for i, a := range since {
+		inexact, prev := false, -1
+		var seqs []applied
+		for _, a := range since {
+			if a.inexact {
+				inexact = true
+				continue
+			}
+			seqs = append(seqs, a)
 			if whole && a.gen != rp.gen {
 				t.Fatalf("applied seq %d of incarnation %d after the last clear, current is %d: %v", a.seq, a.gen, rp.gen, rec.trace)
 			}
-			if i > 0 && a.seq != since[i-1].seq+1 {
-				t.Fatalf("applied %d after %d without a clear: %v", a.seq, since[i-1].seq, rec.trace)
+			if prev >= 0 && a.seq != uint64(prev)+1 && !(inexact && a.seq > uint64(prev)) {
+				t.Fatalf("applied %d after %d without a clear or a loss: %v", a.seq, prev, rec.trace)
 			}
+			prev = int(a.seq)
 		}
+		if whole && inexact {
+			t.Fatalf("the buffer holds the whole incarnation, but the rank lost history: %v", rec.trace)
+		}
+		since = seqs
 		if len(since) == 0 || since[len(since)-1].seq != last {
 			t.Fatalf("last published %d not the last applied: %v", last, rec.trace)
 		}
@@ -199,10 +225,19 @@ func (e *genReplayer) replay(_ context.Context, start uint64, fn replyFunc) erro
 type genSink struct{ trace []applied }
 
 type applied struct {
-	clear bool
-	gen   byte
-	seq   uint64
+	clear   bool
+	inexact bool // the rank became inexact (history lost, blocks kept)
+	gen     byte
+	seq     uint64
 }
+
+// track records the rank becoming inexact.
+func (s *genSink) track(on bool) {
+	if on {
+		s.trace = append(s.trace, applied{inexact: true})
+	}
+}
+func (s *genSink) trim(uint64) uint64 { return 0 }
 
 func (s *genSink) apply(p []byte, st *batchStats) error {
 	a := applied{seq: binary.BigEndian.Uint64(p)}

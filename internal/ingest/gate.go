@@ -108,3 +108,18 @@ func (s *gatedSink) reset() {
 	defer s.gate.leave()
 	s.sink.reset()
 }
+
+func (s *gatedSink) track(on bool) {
+	if b, ok := s.sink.(bounder); ok {
+		b.track(on)
+	}
+}
+
+func (s *gatedSink) trim(limit uint64) uint64 {
+	b, ok := s.sink.(bounder)
+	if !ok || !s.gate.enter() {
+		return 0
+	}
+	defer s.gate.leave()
+	return b.trim(limit)
+}

@@ -356,6 +356,31 @@ func (e *engine) check(idx *radix.Index, w kv.WorkerRank) error {
 	return nil
 }
 
+// covered checks that the index holds, for worker w, every block the engine
+// holds: for every chain ever stored, the matched depth is at least the
+// engine's leading run of held blocks (an inexact rank may claim more).
+func (e *engine) covered(idx *radix.Index, w kv.WorkerRank) error {
+	seed := normalize.Seed("", "")
+	var scores []radix.Score
+	for ci, c := range e.chains {
+		want := 0
+		for want < len(c.hashes) && e.held[c.hashes[want]] {
+			want++
+		}
+		scores = idx.Match(normalize.HashPrompt(seed, c.tokens, testBlockSize, nil, nil), scores)
+		got := 0
+		for _, s := range scores {
+			if sw, _ := idx.WorkerOf(s.Slot); sw == w {
+				got = int(s.Matched)
+			}
+		}
+		if got < want {
+			return fmt.Errorf("%v chain %d (%d blocks): matched %d, engine holds the first %d", w, ci, len(c.hashes), got, want)
+		}
+	}
+	return nil
+}
+
 // waitSeq waits until the worker's rank 0 has applied seq.
 func waitSeq(t testing.TB, m *Manager, id string, seq uint64) {
 	t.Helper()

@@ -533,8 +533,11 @@ func TestCatchUpLimited(t *testing.T) {
 func TestUndecodableBatch(t *testing.T) {
 	m, idx, _ := newTestManager(t, true)
 	p := startPy(t, "--pub", "tcp://*:0", "--replay", "tcp://*:0")
+	// A registered capacity well above what the test stores: the rank,
+	// once inexact, keeps growing (a learned one would be the 5 blocks it
+	// held while exact).
 	if err := m.Add(Worker{ID: "w", KVEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", p.PubPort),
-		ReplayEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", p.ReplayPort)}); err != nil {
+		ReplayEndpoint: fmt.Sprintf(">tcp://127.0.0.1:%d", p.ReplayPort), CapacityTokens: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	warmUp(t, m, "w", func() uint64 { return p.publish(nil, false) })
@@ -559,15 +562,18 @@ func TestUndecodableBatch(t *testing.T) {
 		t.Errorf("replays asked from %v, want the last from %d", starts, seq)
 	}
 
-	// Both copies are garbage: lost, cleared, rebuilt from what follows.
-	p.call(map[string]any{"op": "publish", "payload_hex": hex.EncodeToString([]byte{0x91, 0xc1})})
-	e.forget()
+	// Both copies are garbage: lost. The rank keeps its blocks, inexact
+	// since the lost batch, and applies what follows.
+	out = p.call(map[string]any{"op": "publish", "payload_hex": hex.EncodeToString([]byte{0x91, 0xc1})})
+	lost := uint64(out["seq"].(float64))
 	_, ev = e.store(nil, 4)
 	seq = p.publish([]map[string]any{ev}, false)
 	waitSeq(t, m, "w", seq)
 	checkTruth(t, idx, w, e)
-	if st := status(t, m, "w"); st.ReplayFailures != 1 || st.DecodeErrors != before.DecodeErrors+3 {
-		t.Errorf("status %+v: want the batch lost once (its live and its replayed copy undecodable)", st)
+	if st := status(t, m, "w"); st.ReplayFailures != 1 || st.DecodeErrors != before.DecodeErrors+3 ||
+		!st.Inexact || st.InexactSinceSeq != lost {
+		t.Errorf("status %+v: want the batch lost once (its live and its replayed copy undecodable), "+
+			"the rank inexact since %d", st, lost)
 	}
 }
 

@@ -104,6 +104,13 @@ type Worker struct {
 	Topic string
 	// DPSize is the number of data-parallel ranks (0 means 1).
 	DPSize int
+	// CapacityTokens is one rank's KV cache size in tokens (0: unknown,
+	// learned; see RankStatus.CapacityBlocks).
+	CapacityTokens uint64
+	// RankKVEndpoints and RankReplayEndpoints, when set, give each rank's
+	// endpoints (DPSize entries) instead of the rank 0 endpoint's port +
+	// rank, for data-parallel groups that span hosts.
+	RankKVEndpoints, RankReplayEndpoints []string
 }
 
 // Position is what a rank has applied, as Checkpoint reports it and
@@ -137,8 +144,8 @@ type RankStatus struct {
 	Gaps uint64
 	// Replays counts replay requests (catch-ups on connect and gap fills).
 	Replays uint64
-	// ReplayFailures counts gaps nothing could fill (the rank was cleared
-	// and rebuilt) and replay requests that failed.
+	// ReplayFailures counts gaps nothing could fill (the rank kept its
+	// blocks and became inexact) and replay requests that failed.
 	ReplayFailures uint64
 	// EngineRestarts counts detected engine restarts (the rank was cleared).
 	EngineRestarts uint64
@@ -160,12 +167,12 @@ type RankStatus struct {
 	CachedBlocks uint64
 	// Restore is what came of a rank started from Config.Resume: "" (not
 	// restored, or not decided yet), "restored" (the engine continued the
-	// snapshot's stream: nothing lost), "rebuilt" (its buffer no longer
-	// reached the restored seq + 1: cleared and rebuilt from the buffer),
+	// snapshot's stream: nothing lost), "rebuilt" (its history no longer
+	// reached the restored seq + 1: the snapshot's blocks kept, inexact),
 	// "reset" (the engine restarted meanwhile: cleared, following the new
 	// incarnation), "kept" (no replay; the first live seq followed the
 	// restored one) or "cleared" (no replay, or it failed, and the first
-	// live batch did not follow: cleared).
+	// live batch was at or below the restored seq: cleared).
 	Restore string
 	// CaughtUp reports that the rank's first connection's catch-up (the
 	// replay of its engine's buffer from the restored or last seq) is over,
@@ -173,6 +180,23 @@ type RankStatus struct {
 	// rank is connected: from then on the rank holds what the engine
 	// reported, as far as the engine still had it.
 	CaughtUp bool
+	// Inexact is set when history was lost (a gap nothing could fill, a
+	// batch that does not decode, a restore the engine's history no longer
+	// reached) and the rank kept its blocks: it may claim blocks the engine
+	// evicted meanwhile, and lack some it stored. InexactSinceSeq is the
+	// first seq lost. A clear (an engine restart, AllBlocksCleared) makes
+	// the rank exact again.
+	Inexact         bool
+	InexactSinceSeq uint64
+	// CapacityBlocks bounds what an inexact rank claims, in router blocks:
+	// Worker.CapacityTokens over the block size, or the most blocks the rank
+	// held while exact (0: not known yet). Evictions counts the claims an
+	// inexact rank dropped for it, oldest first.
+	CapacityBlocks uint64
+	Evictions      uint64
+	// Problems lists why the rank's events are being refused, by reason
+	// (nil: none so far).
+	Problems []Problem
 }
 
 // Manager keeps one subscription per registered worker and rank.
@@ -257,6 +281,9 @@ func New(cfg Config) (*Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
+		if err := cfg.Registerer.Register(newRankCollector(m)); err != nil {
+			return nil, fmt.Errorf("ingest: metrics: %w", err)
+		}
 		m.metrics = met
 	}
 	var gauge prometheus.Gauge
@@ -288,8 +315,8 @@ func (m *Manager) Add(w Worker) error {
 	if w.DPSize == 0 {
 		w.DPSize = 1
 	}
-	if w.KVEndpoint == "" {
-		return fmt.Errorf("ingest: worker %q: no KV events endpoint", w.ID)
+	if err := w.checkRankEndpoints(); err != nil {
+		return fmt.Errorf("ingest: worker %q: %w", w.ID, err)
 	}
 
 	m.mu.Lock()
@@ -341,7 +368,7 @@ func (m *Manager) Add(w Worker) error {
 // newRank makes rank dp of w, from its snapshot position if resume; its
 // index writes pass gate.
 func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank, error) {
-	s, err := RankEndpoint(w.KVEndpoint, dp)
+	s, err := w.kvEndpoint(dp)
 	if err != nil {
 		return nil, err
 	}
@@ -367,12 +394,12 @@ func (m *Manager) newRank(w Worker, dp int, resume bool, gate *writeGate) (*rank
 		budget:          m.budget,
 		handshakes:      make(chan struct{}, m.cfg.MaxHandshakes),
 		catchUpInterval: m.cfg.CatchUpInterval,
+		capFixed:        w.CapacityTokens / uint64(m.cfg.BlockSize),
 	}
-	if w.ReplayEndpoint != "" {
-		s, err := RankEndpoint(w.ReplayEndpoint, dp)
-		if err != nil {
-			return nil, err
-		}
+	r.capBlocks.Store(r.capFixed)
+	if s, err := w.replayEndpoint(dp); err != nil {
+		return nil, err
+	} else if s != "" {
 		rep, err := replayEndpoint(s)
 		if err != nil {
 			return nil, err

@@ -46,6 +46,8 @@ type batchStats struct {
 	firstErr      error
 	ts            float64
 	dpMismatch    bool
+	cleared       bool   // the batch cleared the rank's own blocks (AllBlocksCleared)
+	parentZero    uint32 // stores whose parent 0 was taken for no parent
 }
 
 func (s *batchStats) reset() { *s = batchStats{} }
@@ -53,11 +55,9 @@ func (s *batchStats) reset() { *s = batchStats{} }
 // metrics holds the ingest metric vectors, labeled by worker and dp_rank.
 type metrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors *prometheus.CounterVec
-	gaps, replays, replayFailures, restarts, reconnects       *prometheus.CounterVec
 	dpMismatch, restores                                      *prometheus.CounterVec
-	events, filtered, applyErrors, malformed                  *prometheus.CounterVec
-	dropped, catchUpsLimited, budgetWaits                     *prometheus.CounterVec
-	lastSeq, lag, connected                                   *prometheus.GaugeVec
+	events, filtered, applyErrors, malformed, dropped         *prometheus.CounterVec
+	lag                                                       *prometheus.GaugeVec
 	queuedBytes                                               prometheus.Gauge
 }
 
@@ -70,37 +70,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvrouter_ingest_" + name, Help: help}, wr)
 	}
 	m := &metrics{
-		batches:        counter("batches_total", "KV event batches applied, by worker and rank."),
-		blocksStored:   counter("blocks_stored_total", "Router blocks stored into the index."),
-		blocksRemoved:  counter("blocks_removed_total", "Engine blocks removed from the index."),
-		bytes:          counter("bytes_total", "Payload bytes received on the live stream."),
-		decodeErrors:   counter("decode_errors_total", "Batches or events that could not be decoded."),
-		gaps:           counter("gaps_total", "Sequence gaps seen on the live stream."),
-		replays:        counter("replays_total", "Replay requests sent to the engine."),
-		replayFailures: counter("replay_failures_total", "Gaps replay could not cover (the rank was cleared and rebuilt) and failed replay requests."),
-		restarts:       counter("engine_restarts_total", "Engine restarts detected (seq went backwards); the rank was cleared."),
-		reconnects:     counter("reconnects_total", "Connections re-established after the first."),
-		dpMismatch:     counter("dp_rank_mismatch_total", "Batches whose dp rank differs from the endpoint's rank (the batch's rank is used)."),
-		restores:       counter("restores_total", "Ranks started from a snapshot, by outcome (restored, rebuilt, reset, kept, cleared).", "outcome"),
-		events:         counter("events_total", "Normalized events applied, by type.", "type"),
-		filtered:       counter("filtered_total", "Events or blocks filtered by the normalizer, by reason.", "reason"),
-		applyErrors:    counter("apply_errors_total", "Events the index refused, by reason.", "reason"),
-		malformed:      counter("malformed_total", "Messages skipped for their framing, by reason.", "reason"),
+		batches:       counter("batches_total", "KV event batches applied, by worker and rank."),
+		blocksStored:  counter("blocks_stored_total", "Router blocks stored into the index."),
+		blocksRemoved: counter("blocks_removed_total", "Engine blocks removed from the index."),
+		bytes:         counter("bytes_total", "Payload bytes received on the live stream."),
+		decodeErrors:  counter("decode_errors_total", "Batches or events that could not be decoded."),
+		dpMismatch:    counter("dp_rank_mismatch_total", "Batches whose dp rank differs from the endpoint's rank (the batch's rank is used)."),
+		restores:      counter("restores_total", "Ranks started from a snapshot, by outcome (restored, rebuilt, reset, kept, cleared).", "outcome"),
+		events:        counter("events_total", "Normalized events applied, by type.", "type"),
+		filtered:      counter("filtered_total", "Events or blocks filtered by the normalizer, by reason.", "reason"),
+		applyErrors:   counter("apply_errors_total", "Events the index refused, by reason.", "reason"),
+		malformed:     counter("malformed_total", "Messages skipped for their framing, by reason.", "reason"),
 		dropped: counter("connections_dropped_total", "Connections refused or dropped for a limit, by reason "+
 			"(second_publisher, handshakes, handshake, stalled).", "reason"),
-		catchUpsLimited: counter("catch_ups_limited_total", "Connections that did not catch up from seq 0 (one did less than the catch-up interval ago)."),
-		budgetWaits:     counter("queue_budget_waits_total", "Batches whose reader waited for the shared queue budget (reading nothing meanwhile)."),
 		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvrouter_ingest_queued_bytes",
 			Help: "Payload bytes queued across every rank (bounded by the queue budget)."}),
-		lastSeq:   gauge("last_seq", "Last sequence number applied."),
-		lag:       gauge("event_lag_seconds", "Now minus the timestamp of the last batch applied."),
-		connected: gauge("connected", "Live connections to the engine's publisher."),
+		lag: gauge("event_lag_seconds", "Now minus the timestamp of the last batch applied."),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
-			m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
-			m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits,
-			m.lastSeq, m.lag, m.connected, m.queuedBytes} {
+			m.dpMismatch, m.restores, m.events, m.filtered, m.applyErrors, m.malformed, m.dropped,
+			m.lag, m.queuedBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -113,49 +103,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) forget(worker string) {
 	l := prometheus.Labels{"worker": worker}
 	for _, v := range []*prometheus.CounterVec{m.batches, m.blocksStored, m.blocksRemoved, m.bytes, m.decodeErrors,
-		m.gaps, m.replays, m.replayFailures, m.restarts, m.reconnects, m.dpMismatch, m.restores, m.events,
-		m.filtered, m.applyErrors, m.malformed, m.dropped, m.catchUpsLimited, m.budgetWaits} {
+		m.dpMismatch, m.restores, m.events, m.filtered, m.applyErrors, m.malformed, m.dropped} {
 		v.DeletePartialMatch(l)
 	}
-	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.lag, m.connected} {
-		v.DeletePartialMatch(l)
-	}
+	m.lag.DeletePartialMatch(l)
 }
 
 // rankMetrics are one rank's resolved series, so the hot path does no label
 // lookups.
 type rankMetrics struct {
 	batches, blocksStored, blocksRemoved, bytes, decodeErrors prometheus.Counter
-	gaps, replays, replayFailures, restarts, reconnects       prometheus.Counter
-	dpMismatch, catchUpsLimited, budgetWaits                  prometheus.Counter
+	dpMismatch                                                prometheus.Counter
 	dropped                                                   [numDropReasons]prometheus.Counter
 	events                                                    [8]prometheus.Counter // by normalize.Kind
 	filtered                                                  [normalize.NumReasons]prometheus.Counter
 	applyErrors                                               [numApplyErrors]prometheus.Counter
 	malformedBy                                               [len(malformedReasons)]prometheus.Counter
 	restores                                                  [numRestoreOutcomes]prometheus.Counter
-	lastSeq, lag, connected                                   prometheus.Gauge
+	lag                                                       prometheus.Gauge
 }
 
 func (m *metrics) rank(worker string, dp uint32) *rankMetrics {
 	r := strconv.FormatUint(uint64(dp), 10)
 	rm := &rankMetrics{
-		batches:         m.batches.WithLabelValues(worker, r),
-		blocksStored:    m.blocksStored.WithLabelValues(worker, r),
-		blocksRemoved:   m.blocksRemoved.WithLabelValues(worker, r),
-		bytes:           m.bytes.WithLabelValues(worker, r),
-		decodeErrors:    m.decodeErrors.WithLabelValues(worker, r),
-		gaps:            m.gaps.WithLabelValues(worker, r),
-		replays:         m.replays.WithLabelValues(worker, r),
-		replayFailures:  m.replayFailures.WithLabelValues(worker, r),
-		restarts:        m.restarts.WithLabelValues(worker, r),
-		reconnects:      m.reconnects.WithLabelValues(worker, r),
-		dpMismatch:      m.dpMismatch.WithLabelValues(worker, r),
-		catchUpsLimited: m.catchUpsLimited.WithLabelValues(worker, r),
-		budgetWaits:     m.budgetWaits.WithLabelValues(worker, r),
-		lastSeq:         m.lastSeq.WithLabelValues(worker, r),
-		lag:             m.lag.WithLabelValues(worker, r),
-		connected:       m.connected.WithLabelValues(worker, r),
+		batches:       m.batches.WithLabelValues(worker, r),
+		blocksStored:  m.blocksStored.WithLabelValues(worker, r),
+		blocksRemoved: m.blocksRemoved.WithLabelValues(worker, r),
+		bytes:         m.bytes.WithLabelValues(worker, r),
+		decodeErrors:  m.decodeErrors.WithLabelValues(worker, r),
+		dpMismatch:    m.dpMismatch.WithLabelValues(worker, r),
+		lag:           m.lag.WithLabelValues(worker, r),
 	}
 	for _, k := range eventKinds {
 		rm.events[k.kind] = m.events.WithLabelValues(worker, r, k.name)
@@ -217,7 +194,6 @@ func (rm *rankMetrics) record(seq uint64, st *batchStats) {
 	if st.dpMismatch {
 		rm.dpMismatch.Inc()
 	}
-	rm.lastSeq.Set(float64(seq))
 	if st.ts > 0 {
 		now := float64(time.Now().UnixNano()) / 1e9
 		rm.lag.Set(now - st.ts)

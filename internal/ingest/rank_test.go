@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,10 +38,11 @@ var rankActionCases = []struct {
 			r.onConnect()
 			live(r, 0, 0, 1, 4)
 		},
-		trace: "0 1 clear 4",
-		want:  RankStatus{Gaps: 1, ReplayFailures: 1, LastSeq: 4, EventsApplied: 3},
-		logs: []string{`level=WARN msg="kv events: history lost, clearing worker rank and rebuilding" ` +
-			`reason="gap and no replay endpoint" missing_from=2 resumes_at=4`}},
+		trace: "0 1 inexact 4",
+		want:  RankStatus{Gaps: 1, ReplayFailures: 1, LastSeq: 4, EventsApplied: 3, Inexact: true, InexactSinceSeq: 2},
+		logs: []string{`level=WARN msg="kv events: history lost, keeping the worker rank's blocks (inexact)" ` +
+			`reason="gap and no replay endpoint" missing_from=2 resumes_at=4`,
+			`level=WARN msg="kv events: worker rank inexact: blocks kept, some may be gone from the engine" since_seq=2`}},
 	{name: "gap replay fails",
 		run: func(r *rank, rp *scriptReplayer) {
 			rp.set(0, 1)
@@ -48,10 +50,19 @@ var rankActionCases = []struct {
 			rp.fail = true
 			live(r, 0, 2, 5)
 		},
-		trace: "0 1 2 clear 5",
-		want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 5, EventsApplied: 4},
+		trace: "0 1 2 inexact 5",
+		want:  RankStatus{Gaps: 1, Replays: 2, ReplayFailures: 1, LastSeq: 5, EventsApplied: 4, Inexact: true, InexactSinceSeq: 3},
 		logs: []string{`level=WARN msg="kv events: replay failed" err="scripted replay failure"`,
-			`level=WARN msg="kv events: gap not recovered, clearing worker rank and rebuilding" missing_from=3 resumes_at=5`}},
+			`level=WARN msg="kv events: gap not recovered, keeping the worker rank's blocks (inexact)" missing_from=3 resumes_at=5`}},
+	{name: "inexact, then cleared by an engine restart",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.replay, r.seq.canReplay = nil, false
+			r.onConnect()
+			live(r, 0, 0, 1, 4, 2)
+		},
+		trace: "0 1 inexact 4 clear exact 2",
+		want:  RankStatus{Gaps: 1, ReplayFailures: 1, EngineRestarts: 1, LastSeq: 2, EventsApplied: 4},
+		logs:  []string{`level=INFO msg="kv events: worker rank exact again (cleared)"`}},
 	{name: "replay repeating a batch is cut off",
 		run: func(r *rank, rp *scriptReplayer) {
 			rp.set(0, 3)
@@ -115,10 +126,10 @@ var rankActionCases = []struct {
 			rp.set(6, 8)
 			r.onConnect()
 		},
-		trace: "clear 6 7 8",
-		want:  RankStatus{Replays: 1, LastSeq: 8, EventsApplied: 3, Restore: "rebuilt"},
-		logs: []string{`level=WARN msg="kv events: restore: history lost, clearing worker rank and rebuilding ` +
-			`from the replay buffer" last_seq=3 buffer_from=6 reason="replay buffer starts above the restored seq + 1"`}},
+		trace: "inexact 6 7 8",
+		want:  RankStatus{Replays: 1, LastSeq: 8, EventsApplied: 3, Restore: "rebuilt", Inexact: true, InexactSinceSeq: 4},
+		logs: []string{`level=WARN msg="kv events: restore: history lost, keeping the snapshot's blocks (inexact)" ` +
+			`last_seq=3 resumes_at=6 reason="replay buffer starts above the restored seq + 1"`}},
 	{name: "restore reset, another batch at the restored seq",
 		run: func(r *rank, rp *scriptReplayer) {
 			r.restoreFrom(restorePos(3, 0, ""))
@@ -162,17 +173,28 @@ var rankActionCases = []struct {
 		want:  RankStatus{LastSeq: 5, EventsApplied: 2, Restore: "kept"},
 		logs: []string{`level=INFO msg="kv events: restored from snapshot, kept" last_seq=3 live_seq=4 ` +
 			`reason="first live seq follows the restored seq"`}},
-	{name: "restore cleared without a replay endpoint",
+	{name: "restore inexact without a replay endpoint",
 		run: func(r *rank, rp *scriptReplayer) {
 			r.replay, r.seq.canReplay = nil, false
 			r.restoreFrom(restorePos(3, 0, ""))
 			r.onConnect()
 			live(r, 0, 9)
 		},
-		trace: "clear 9",
-		want:  RankStatus{LastSeq: 9, EventsApplied: 1, Restore: "cleared"},
-		logs: []string{`level=WARN msg="kv events: restore: clearing worker rank" last_seq=3 live_seq=9 ` +
-			`reason="first live seq does not follow the restored seq"`}},
+		trace: "inexact 9",
+		want:  RankStatus{LastSeq: 9, EventsApplied: 1, Restore: "rebuilt", Inexact: true, InexactSinceSeq: 4},
+		logs: []string{`level=WARN msg="kv events: restore: history lost, keeping the snapshot's blocks (inexact)" ` +
+			`last_seq=3 resumes_at=9 reason="first live seq is past the restored seq + 1"`}},
+	{name: "restore cleared without a replay endpoint",
+		run: func(r *rank, rp *scriptReplayer) {
+			r.replay, r.seq.canReplay = nil, false
+			r.restoreFrom(restorePos(3, 0, ""))
+			r.onConnect()
+			live(r, 0, 2)
+		},
+		trace: "clear 2",
+		want:  RankStatus{LastSeq: 2, EventsApplied: 1, Restore: "cleared"},
+		logs: []string{`level=WARN msg="kv events: restore: clearing worker rank" last_seq=3 live_seq=2 ` +
+			`reason="first live seq is not past the restored seq"`}},
 }
 
 // restorePos is the position after seq of incarnation gen, in epoch.
@@ -197,10 +219,10 @@ func TestRankCarriesOutActions(t *testing.T) {
 				t.Errorf("trace %q, want %q", got, tc.trace)
 			}
 			got := r.status()
-			got.Connected, got.DecodeErrors, got.CachedBlocks = false, 0, 0
+			got.Connected, got.DecodeErrors, got.CachedBlocks, got.Problems = false, 0, 0, nil
 			want := tc.want
 			want.CaughtUp = true // every scenario connects, and onConnect runs the catch-up to its end
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("status %+v\nwant   %+v", got, want)
 			}
 			rest := logs.String()
@@ -245,6 +267,12 @@ func (s *recordSink) reset()               { s.trace = append(s.trace, "clear") 
 func (s *recordSink) cached() uint64       { return 0 }
 func (s *recordSink) otherRanks() []uint32 { return nil }
 func (s *recordSink) adopt([]uint32)       {}
+
+// track records the rank becoming inexact, and exact again.
+func (s *recordSink) track(on bool) {
+	s.trace = append(s.trace, map[bool]string{true: "inexact", false: "exact"}[on])
+}
+func (s *recordSink) trim(uint64) uint64 { return 0 }
 
 // scriptReplayer serves seqs lo..hi of incarnation gen (none when lo > hi),
 // with topic in every reply (nil: replies without one).

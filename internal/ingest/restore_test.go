@@ -116,6 +116,31 @@ func content(t *testing.T, idx *radix.Index, w kv.WorkerRank) map[uint64]string 
 
 // restoreCount returns worker id's rank 0 kvrouter_ingest_restores_total for
 // outcome.
+// rankGauge returns gauge name's value for worker id's rank 0 (0 when it has
+// no series).
+func rankGauge(t *testing.T, reg *prometheus.Registry, name, id string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range mm.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["worker"] == id && l["dp_rank"] == "0" {
+				return mm.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func restoreCount(t *testing.T, reg *prometheus.Registry, id, outcome string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -173,7 +198,9 @@ var restoreCases = []restoreCase{
 			return p
 		}},
 	// The buffer keeps 4 batches: the engine drops everything, then stores
-	// anew, and the buffer starts after the seq the router needs next.
+	// anew, and the buffer starts after the seq the router needs next. The
+	// router keeps the snapshot's blocks (inexact) and learns its capacity
+	// from them: it holds every block the engine holds.
 	{name: "rebuilt", buffer: "4", want: "rebuilt",
 		away: func(t *testing.T, p *pyPub, e *engine, _ []*chain, _ uint64) *pyPub {
 			p.publish([]map[string]any{e.clearAll()}, false)
@@ -277,13 +304,26 @@ func checkRestored(t *testing.T, tc restoreCase, m2 *Manager, reg2 *prometheus.R
 	id := "restore-" + tc.name
 	rw := kv.WorkerRank{ID: id}
 	idx2 := m2.cfg.Index
-	checkTruth(t, idx2, rw, e)
 	checkTruth(t, idxRef, rw, e)
-	if got, want := content(t, idx2, rw), content(t, idxRef, rw); !maps.Equal(got, want) {
-		t.Errorf("restored index holds %d blocks, the router that never stopped %d, or they differ:\n%v\n%v",
-			len(got), len(want), got, want)
-	}
 	st := status(t, m2, id)
+	if tc.want == "rebuilt" {
+		checkInexact(t, idx2, rw, e, st)
+		if got := rankGauge(t, reg2, "kvrouter_ingest_inexact", id); got != 1 {
+			t.Errorf("kvrouter_ingest_inexact = %v, want 1", got)
+		}
+		if got := rankGauge(t, reg2, "kvrouter_ingest_capacity_blocks", id); got != float64(st.CapacityBlocks) || got == 0 {
+			t.Errorf("kvrouter_ingest_capacity_blocks = %v, want the status's %d", got, st.CapacityBlocks)
+		}
+	} else {
+		if got := rankGauge(t, reg2, "kvrouter_ingest_inexact", id); got != 0 || st.Inexact {
+			t.Errorf("kvrouter_ingest_inexact = %v, status inexact %v: want exact", got, st.Inexact)
+		}
+		checkTruth(t, idx2, rw, e)
+		if got, want := content(t, idx2, rw), content(t, idxRef, rw); !maps.Equal(got, want) {
+			t.Errorf("restored index holds %d blocks, the router that never stopped %d, or they differ:\n%v\n%v",
+				len(got), len(want), got, want)
+		}
+	}
 	if st.Restore != tc.want {
 		t.Errorf("Restore = %q, want %q", st.Restore, tc.want)
 	}
@@ -348,5 +388,22 @@ func TestCheckpointCutsAreConsistent(t *testing.T) {
 	checkTruth(t, idx, w, e)
 	if cuts != 151 {
 		t.Errorf("%d cuts, want 151", cuts)
+	}
+}
+
+// checkInexact checks an inexact rank: it holds every block the engine
+// holds (no under-claim), and says it is inexact.
+func checkInexact(t *testing.T, idx *radix.Index, w kv.WorkerRank, e *engine, st RankStatus) {
+	t.Helper()
+	if err := e.covered(idx, w); err != nil {
+		t.Error(err)
+	}
+	// The engine stored less than the capacity since: nothing is trimmed
+	// yet (TestTrimOldestFirst), what the rank claims is under twice it.
+	if !st.Inexact || st.InexactSinceSeq == 0 || st.CapacityBlocks == 0 || st.CachedBlocks > 2*st.CapacityBlocks {
+		t.Errorf("status %+v: want inexact since a seq, holding under twice its capacity", st)
+	}
+	if st.CachedBlocks <= uint64(len(e.held)) {
+		t.Errorf("status %+v: want over-claims kept (more than the engine's %d blocks)", st, len(e.held))
 	}
 }

@@ -9,15 +9,16 @@ import "bytes"
 //
 //   - N with digest S (or N+1, the buffer's start): the engine continues
 //     the snapshot's stream; what follows is applied (restored);
-//   - above N+1: what the rank lacks is gone; clear, apply the buffer
-//     (rebuilt);
+//   - above N+1: what the rank lacks is gone; keep the snapshot's blocks,
+//     mark the rank inexact, apply the buffer (rebuilt);
 //   - another digest at N, a seq below N, another epoch, or (at the end)
 //     nothing from N on: the engine restarted; clear, ask for the new
 //     incarnation's buffer from 0 (reset).
 //
 // Without a replay endpoint, or when the catch-up failed before any reply,
-// the first live batch decides: kept when it is N+1 in the same epoch, else
-// cleared (then applied). Each outcome is one restore-outcome action.
+// the first live batch decides: kept when it is N+1 in the same epoch,
+// rebuilt (inexact) when it is past N+1, else cleared (then applied). Each
+// outcome is one restore-outcome action.
 
 const whyEpoch = "topic epoch changed"
 
@@ -58,8 +59,8 @@ func (s *seqState) restoreReply(in seqInput) bool {
 	case in.seq > h.last+1:
 		s.took(ruleRestoreStartsAbove)
 		s.decide(outcomeRebuilt, "replay buffer starts above the restored seq + 1", in.seq, true)
-		s.clear()
-		s.apply(in.seq, in.sum)
+		s.inexact(h.last + 1)
+		s.emitApply(in.seq, in.sum)
 	case in.seq == h.last:
 		s.took(ruleRestoreVerified)
 		rp.verified = true
@@ -115,18 +116,24 @@ func (s *seqState) restoreReset(why string, seq uint64, hasSeq, newEpoch bool) {
 }
 
 // restoreLive decides a restore by the first live batch, when no catch-up
-// did: kept when it follows the restored seq in the same epoch, else cleared.
-// The live rules then handle the batch.
+// did: kept when it follows the restored seq in the same epoch, kept but
+// inexact when it is past it, cleared when it is at or below it (the engine
+// restarted). The live rules then handle the batch.
 func (s *seqState) restoreLive(in seqInput) {
 	switch {
 	case s.epochDiffers(in.epoch):
 		s.took(ruleRestoreLiveEpoch)
 		s.decide(outcomeCleared, whyEpoch, in.seq, true)
 		s.clear()
-	case in.seq != s.held.last+1:
+	case in.seq <= s.held.last:
 		s.took(ruleRestoreLiveCleared)
-		s.decide(outcomeCleared, "first live seq does not follow the restored seq", in.seq, true)
+		s.decide(outcomeCleared, "first live seq is not past the restored seq", in.seq, true)
 		s.clear()
+	case in.seq > s.held.last+1:
+		s.took(ruleRestoreLiveAbove)
+		s.decide(outcomeRebuilt, "first live seq is past the restored seq + 1", in.seq, true)
+		s.inexact(s.held.last + 1)
+		s.skipTo(in.seq)
 	default:
 		s.took(ruleRestoreKept)
 		s.decide(outcomeKept, "first live seq follows the restored seq", in.seq, true)

@@ -119,6 +119,9 @@ type replayRun struct {
 	// heldBefore and lastBefore are what the rank held when it asked.
 	heldBefore bool
 	lastBefore uint64
+	// redoSum: a redo's batch digest (the batch counts as consumed if the
+	// redo does not deliver it).
+	redoSum uint64
 }
 
 // liveStage is where the live rules resume for a batch that waited for a
@@ -188,11 +191,12 @@ const (
 	actCount                          // add one to counter
 	actLog                            // log note, with reason, seq and arg
 	actOutcome                        // the restore's outcome is decided: status, counter and its log line
+	actInexact                        // the rank keeps its blocks though batches from seq on were lost
 	numSeqActions
 )
 
 var seqActionNames = [numSeqActions]string{"apply", "clear", "request-replay", "cut-replay", "count", "log",
-	"restore-outcome"}
+	"restore-outcome", "inexact"}
 
 // seqCounter is a counter an action adds to.
 type seqCounter uint8
@@ -228,8 +232,8 @@ var seqNotes = [numSeqNotes]struct {
 	seqKey, argKey string
 }{
 	noteGapReplaying:    {"gap-replaying", "kv events: gap, replaying", false, "from", "live"},
-	noteHistoryLost:     {"history-lost", "kv events: history lost, clearing worker rank and rebuilding", true, "missing_from", "resumes_at"},
-	noteGapNotRecovered: {"gap-not-recovered", "kv events: gap not recovered, clearing worker rank and rebuilding", true, "missing_from", "resumes_at"},
+	noteHistoryLost:     {"history-lost", "kv events: history lost, keeping the worker rank's blocks (inexact)", true, "missing_from", "resumes_at"},
+	noteGapNotRecovered: {"gap-not-recovered", "kv events: gap not recovered, keeping the worker rank's blocks (inexact)", true, "missing_from", "resumes_at"},
 	noteRestarted:       {"engine-restarted", "kv events: engine restarted, clearing worker rank", true, "last_seq", "seq"},
 	noteReplayFailed:    {"replay-failed", "kv events: replay failed", true, "", ""},
 	noteUndecodable:     {"undecodable", "kv events: batch does not decode, replaying it", true, "seq", "live"},
@@ -240,7 +244,7 @@ type restoreOutcome uint8
 
 const (
 	outcomeRestored restoreOutcome = iota // the engine continued the restored seq: nothing lost
-	outcomeRebuilt                        // its buffer no longer reaches the restored seq + 1: cleared, rebuilt from the buffer
+	outcomeRebuilt                        // its history no longer reaches the restored seq + 1: blocks kept, inexact
 	outcomeReset                          // it restarted meanwhile: cleared, following the new incarnation
 	outcomeKept                           // no replay; the first live seq follows the restored one
 	outcomeCleared                        // no replay (or it failed); the first live batch does not follow: cleared
@@ -255,7 +259,7 @@ var restoreOutcomes = [numRestoreOutcomes]struct {
 	argKey    string
 }{
 	outcomeRestored: {"restored", "kv events: restored from snapshot, nothing lost", false, "caught_up_to"},
-	outcomeRebuilt:  {"rebuilt", "kv events: restore: history lost, clearing worker rank and rebuilding from the replay buffer", true, "buffer_from"},
+	outcomeRebuilt:  {"rebuilt", "kv events: restore: history lost, keeping the snapshot's blocks (inexact)", true, "resumes_at"},
 	outcomeReset:    {"reset", "kv events: restore: engine restarted, clearing worker rank", true, "seq"},
 	outcomeKept:     {"kept", "kv events: restored from snapshot, kept", false, "live_seq"},
 	outcomeCleared:  {"cleared", "kv events: restore: clearing worker rank", true, "live_seq"},
@@ -268,7 +272,7 @@ type seqAction struct {
 	note    seqNote        // actLog
 	outcome restoreOutcome // actOutcome
 	reason  string         // actLog: why, for noteHistoryLost and noteRestarted; actOutcome: why
-	seq     uint64         // actApply, actReplay (from), actCutReplay (the reply), actLog, actOutcome (the restored seq)
+	seq     uint64         // actApply, actReplay (from), actCutReplay (the reply), actLog, actOutcome (the restored seq), actInexact (the first seq lost)
 	arg     uint64         // actCutReplay (the seq before), actLog, actOutcome (if hasArg)
 	hasArg  bool           // actOutcome: arg is set
 }
@@ -281,6 +285,8 @@ func (a seqAction) String() string {
 		return fmt.Sprintf("request-replay from=%d", a.seq)
 	case actCutReplay:
 		return fmt.Sprintf("cut-replay seq=%d after=%d", a.seq, a.arg)
+	case actInexact:
+		return fmt.Sprintf("inexact since=%d", a.seq)
 	case actCount:
 		return "count " + seqCounterNames[a.counter]
 	case actLog:
@@ -327,7 +333,8 @@ const (
 	ruleReplyCut                            // a reply whose seq does not increase: the replay is cut off
 	ruleReplyAfterOther                     // a reply after another incarnation's batch: skipped
 	ruleReplyOther                          // the reply at the last applied seq is another batch
-	ruleReplyStartsAbove                    // a first reply above what was asked, nothing held: history lost
+	ruleReplyStartsAbove                    // a first reply above what was asked (not 0), nothing held: history lost
+	ruleReplyFirstSeq                       // a first reply above 0 when 0 was asked, nothing held: where the engine starts
 	ruleReplyHeld                           // a reply the rank holds: skipped
 	ruleReplyJump                           // a reply past last+1: history lost
 	ruleReplyApply                          // a reply is applied
@@ -357,7 +364,8 @@ const (
 	ruleRestoreRebuiltFailed                // the catch-up that rebuilt the rank failed
 	ruleRestoreFailed                       // the catch-up failed before any reply: the first live batch decides
 	ruleRestoreKept                         // without a catch-up, the first live seq follows the restored one: kept
-	ruleRestoreLiveCleared                  // without a catch-up, the first live seq does not follow: cleared
+	ruleRestoreLiveCleared                  // without a catch-up, the first live seq is at or below the restored one: cleared
+	ruleRestoreLiveAbove                    // without a catch-up, the first live seq is past the restored seq + 1: kept, inexact
 	ruleRestoreLiveEpoch                    // without a catch-up, the first live batch has another epoch: cleared
 	ruleConnectResume                       // a connection within the catch-up window asks from the last applied seq
 	ruleConnectLimited                      // a connection within the window, holding nothing: no catch-up
@@ -450,14 +458,13 @@ func (s *seqState) connect(limited bool) {
 const whyUndecodable = "batch does not decode"
 
 // undecodable handles batch seq, which the last step applied and which did
-// not decode: nothing of it was applied, so the rank holds what it held
-// before, and the batch is missing like a gap's. A live batch is asked for
-// again from the engine's buffer (replayRedo), or without a replay endpoint
-// the rank is cleared and rebuilt from what arrives; a replayed batch (the
-// buffer has no other copy of it) is lost: the rank is cleared and the
-// replay goes on.
+// not decode: nothing of it was applied, and the batch is missing like a
+// gap's. A live batch is asked for again from the engine's buffer
+// (replayRedo): the rank holds what it held before. Without a replay
+// endpoint, or for a replayed batch (the buffer has no other copy of it), it
+// is lost: the rank keeps its blocks, is marked inexact, and takes the batch
+// as consumed so that the next one follows it.
 func (s *seqState) undecodable(seq uint64) {
-	s.held = s.prev
 	switch {
 	case s.rp.purpose != replayNone:
 		s.took(ruleUndecodableReply)
@@ -469,26 +476,32 @@ func (s *seqState) undecodable(seq uint64) {
 		s.lost(whyUndecodable, seq, seq+1)
 		return
 	}
+	sum := s.held.sum
+	s.held = s.prev
 	s.took(ruleUndecodableGap)
 	s.count(countGaps)
 	s.log(noteUndecodable, "", seq, seq)
 	s.requestReplay(replayRedo, seq)
+	s.rp.redoSum = sum
 }
 
 // redoDone ends the replay of a live batch that did not decode. When the
 // rank does not hold it afterwards (the replay failed or ended before it,
-// or the buffer holds another incarnation), it is lost: the rank is
-// cleared. A copy that did not decode either was lost as a reply.
+// or the buffer holds another incarnation), it is lost: the rank keeps its
+// blocks, inexact, and the batch counts as consumed. A copy that did not
+// decode either was lost as a reply.
 func (s *seqState) redoDone(rp *replayRun, ok bool) {
 	switch h := &s.held; {
 	case h.ok && h.last < rp.from && ok:
 		s.took(ruleRedoShort)
 		s.lost("replay did not deliver the batch that did not decode", rp.from, rp.from+1)
+		*h = seqHeld{ok: true, last: rp.from, sum: rp.redoSum}
 	case h.ok && h.last < rp.from:
 		s.took(ruleRedoFailedHole)
 		s.replayFailed()
 		s.log(noteGapNotRecovered, "", rp.from, rp.from+1)
-		s.clear()
+		s.inexact(rp.from)
+		*h = seqHeld{ok: true, last: rp.from, sum: rp.redoSum}
 	case ok:
 		s.took(ruleRedoDone)
 	default:
@@ -564,7 +577,7 @@ func (s *seqState) liveRules(b pendingLive) {
 	default:
 		s.took(ruleLiveApply)
 	}
-	s.apply(b.seq, b.sum)
+	s.emitApply(b.seq, b.sum)
 }
 
 // gap checks live seq for batches the live stream skipped and, when there
@@ -585,6 +598,7 @@ func (s *seqState) gap(seq uint64) bool {
 	if !s.canReplay {
 		s.took(ruleGapNoReplay)
 		s.lost("gap and no replay endpoint", from, seq)
+		s.skipTo(seq)
 		return false
 	}
 	s.took(ruleGapReplay)
@@ -631,7 +645,13 @@ func (s *seqState) reply(in seqInput) {
 		return
 	}
 	const startsAbove = "replay buffer starts above the requested seq"
-	if first && !h.ok && in.seq > rp.from {
+	switch {
+	case !first || h.ok || in.seq <= rp.from:
+	case rp.from == 0:
+		// A buffer asked from 0 (a new connection, a new incarnation)
+		// starts where the engine's numbering does: nothing was lost.
+		s.took(ruleReplyFirstSeq)
+	default:
 		s.took(ruleReplyStartsAbove)
 		s.lost(startsAbove, rp.from, in.seq)
 	}
@@ -646,7 +666,7 @@ func (s *seqState) reply(in seqInput) {
 		}
 	}
 	s.took(ruleReplyApply)
-	s.apply(in.seq, in.sum)
+	s.emitApply(in.seq, in.sum)
 }
 
 // replayDone ends the replay in progress and carries on with what waited for
@@ -710,7 +730,8 @@ func (s *seqState) caughtUp(rp *replayRun, ok bool) {
 }
 
 // gapDone ends a gap replay for live batch seq. A failure that leaves a hole
-// before seq clears the rank, to be rebuilt from what arrives.
+// before seq keeps the rank's blocks, marks it inexact and takes the hole
+// as consumed: seq is applied next.
 func (s *seqState) gapDone(rp *replayRun, seq uint64, ok bool) {
 	switch h := &s.held; {
 	case ok:
@@ -719,7 +740,8 @@ func (s *seqState) gapDone(rp *replayRun, seq uint64, ok bool) {
 		s.took(ruleGapFailedHole)
 		s.replayFailed()
 		s.log(noteGapNotRecovered, "", h.last+1, seq)
-		s.clear()
+		s.inexact(h.last + 1)
+		s.skipTo(seq)
 	default:
 		s.took(ruleGapFailed)
 		s.replayFailed()
@@ -754,12 +776,29 @@ func (s *seqState) restart(why string, last, got uint64) {
 	s.conn.liveSeen = false
 }
 
-// lost clears the rank after batches [want, got) could not be recovered; the
-// rank is rebuilt from what arrives next.
+// lost records that batches [want, got) cannot be recovered. The rank keeps
+// its blocks: what the lost batches removed is an over-claim, which heals
+// (a request routed for a block the engine no longer holds makes it store
+// the block again) and is bounded by the rank's capacity; clearing would
+// turn it into an under-claim of every block, which does not heal (engines
+// announce a block once, when they store it).
 func (s *seqState) lost(why string, want, got uint64) {
 	s.count(countReplayFailures)
 	s.log(noteHistoryLost, why, want, got)
-	s.clear()
+	s.inexact(want)
+}
+
+// inexact marks the rank inexact since seq (the shell keeps the first seq
+// until the rank is cleared).
+func (s *seqState) inexact(seq uint64) { s.emit(seqAction{kind: actInexact, seq: seq}) }
+
+// skipTo takes the batches before seq as consumed (lost), so that seq
+// follows what the rank holds. The digest of seq-1 is not known: an apply
+// of seq follows at once.
+func (s *seqState) skipTo(seq uint64) {
+	if s.held.ok && seq > 0 {
+		s.held.last, s.held.sum = seq-1, 0
+	}
 }
 
 func (s *seqState) replayFailed() {
@@ -772,9 +811,9 @@ func (s *seqState) clear() {
 	s.held.ok, s.held.fromZero, s.conn.covered = false, false, false
 }
 
-// apply applies batch seq; it is the step's last action (the shell steps
-// undecodable right after when the batch does not decode).
-func (s *seqState) apply(seq, sum uint64) {
+// emitApply asks the shell to apply batch seq; it is the step's last action
+// (the shell steps undecodable right after when the batch does not decode).
+func (s *seqState) emitApply(seq, sum uint64) {
 	s.emit(seqAction{kind: actApply, seq: seq})
 	s.prev, s.applied = s.held, true
 	s.held = seqHeld{ok: true, last: seq, sum: sum}

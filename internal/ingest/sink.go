@@ -39,6 +39,8 @@ type indexSink struct {
 	// others are ranks a batch named instead of w (the batch's rank is
 	// trusted); reset clears them too.
 	others []uint32
+	// claims: w's stores since it became inexact (capacity.go).
+	claims claimLog
 }
 
 // errRefused: a batch that decodes but names a dp rank no engine has.
@@ -82,8 +84,18 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 		switch ev.Kind {
 		case normalize.KindStore:
 			err = s.idx.Store(w, ev.Parent, ev.HasParent, ev.Tier, ev.Blocks)
+			if ev.HasParent && ev.Parent == 0 && errors.Is(err, radix.ErrParentNotFound) {
+				// Publishers built on llm-d's event code send parent 0
+				// for "no parent": unless the rank holds a block whose
+				// engine hash is 0, that is what it means.
+				err = s.idx.Store(w, 0, false, ev.Tier, ev.Blocks)
+				st.parentZero++
+			}
 			if err == nil {
 				st.blocksStored += uint64(len(ev.Blocks))
+				if s.claims.on && w == s.w {
+					s.claims.note(ev.Parent, ev.HasParent, ev.Blocks)
+				}
 			}
 		case normalize.KindStoreTier:
 			err = s.idx.StoreTier(w, ev.EngineHashes, ev.Tier)
@@ -94,6 +106,7 @@ func (s *indexSink) apply(payload []byte, st *batchStats) error {
 			}
 		case normalize.KindClear:
 			s.idx.Clear(w)
+			st.cleared = st.cleared || w == s.w
 		default:
 			continue
 		}

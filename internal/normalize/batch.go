@@ -51,6 +51,7 @@ type Batch struct {
 	engineBlocks      uint32          // block hashes in decoded BlockStored events
 	routerBlocks      uint32          // router blocks in emitted KindStore events
 	namespaceOverflow uint32          // namespaced blocks not remembered (maxNS)
+	held              uint32          // events that emit nothing yet: pages of a router block in progress
 
 	maxErrors int // Errors kept (0: all, for batches not filled by Normalize)
 
@@ -69,7 +70,7 @@ func (b *Batch) reset() {
 	clear(b.Errors)
 	b.Errors = b.Errors[:0]
 	b.tags = [numTags]uint32{}
-	b.engineBlocks, b.routerBlocks, b.namespaceOverflow = 0, 0, 0
+	b.engineBlocks, b.routerBlocks, b.namespaceOverflow, b.held = 0, 0, 0, 0
 	b.blocks = trim(b.blocks, &b.trimBlocks)
 	b.hashes = trim(b.hashes, &b.trimHashes)
 }

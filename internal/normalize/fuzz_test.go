@@ -133,8 +133,8 @@ func checkNormalize(t *testing.T, n *Normalizer, data []byte, b *Batch) {
 	for _, c := range b.Skipped {
 		skipped += c
 	}
-	if uint32(len(b.Events))+skipped != tags {
-		t.Fatalf("%d events emitted + %d skipped != %d decoded", len(b.Events), skipped, tags)
+	if uint32(len(b.Events))+skipped+b.held != tags {
+		t.Fatalf("%d events emitted + %d skipped + %d held != %d decoded", len(b.Events), skipped, b.held, tags)
 	}
 	if uint32(len(b.Errors)) != min(b.Skipped[reasonMalformedEvent], uint32(n.maxErrors)) {
 		t.Fatalf("%d errors for %d malformed events", len(b.Errors), b.Skipped[reasonMalformedEvent])

@@ -218,6 +218,9 @@ func render(n *Normalizer, payload []byte, b *Batch, names map[uint64]string) st
 	if b.namespaceOverflow > 0 {
 		fmt.Fprintf(&sb, " namespace_overflow=%d", b.namespaceOverflow)
 	}
+	if b.held > 0 {
+		fmt.Fprintf(&sb, " held=%d", b.held)
+	}
 	sb.WriteString("\n")
 	return sb.String()
 }

@@ -43,6 +43,7 @@ const (
 // Warning kinds for rate limiting: one per Reason, then these.
 const (
 	warnNamespaceOverflow = int(NumReasons) + iota
+	warnPagesOverflow
 	numWarnings
 )
 
@@ -60,6 +61,7 @@ type Normalizer struct {
 	groups          map[uint32]kindClass
 	ns              map[uint64]nsState
 	engineBlockSize int // learned from accepted stores; 0 until then
+	pages           pageState
 
 	seeds          seedCache
 	mm             []uint64
@@ -100,6 +102,7 @@ func New(cfg Config) *Normalizer {
 func (n *Normalizer) Reset() {
 	clear(n.groups)
 	clear(n.ns)
+	n.pages.reset()
 	n.engineBlockSize = 0
 }
 
@@ -139,6 +142,7 @@ func (n *Normalizer) apply(rb *rawBatch, b *Batch) {
 			n.removed(ev, i, b)
 		case tagCleared:
 			clear(n.ns)
+			n.pages.reset()
 			b.Events = append(b.Events, Event{Kind: KindClear})
 		default:
 			b.skip(reasonUnknownTag)

@@ -12,6 +12,11 @@ func (n *Normalizer) removed(ev *rawEvent, idx int, b *Batch) {
 		b.skip(reasonIgnoredEvent)
 		return
 	}
+	if n.smallPages(n.engineBlockSize) {
+		n.forget(ev.BlockHashes)
+		n.removedPages(ev, b)
+		return
+	}
 	k, _ := n.splitFactor(n.engineBlockSize)
 	if !n.expansionFits(b, ev, idx, k) {
 		return

@@ -53,6 +53,10 @@ func (n *Normalizer) storedBlocks(ev *rawEvent, idx int, b *Batch) {
 	if !ok {
 		return
 	}
+	if n.smallPages(bs) {
+		n.storedPages(ev, b, tokens, bs)
+		return
+	}
 	k, ok := n.splitFactor(bs)
 	if !ok {
 		n.mismatch(b, bs)

@@ -434,6 +434,12 @@ func (s *Server) ListWorkers(_ context.Context, req *kvrouterv1.ListWorkersReque
 				ent.DecodeErrors = rs.DecodeErrors
 				ent.CachedBlocks = rs.CachedBlocks
 				ent.Restore = rs.Restore
+				ent.Inexact = rs.Inexact
+				ent.InexactSinceSeq = rs.InexactSinceSeq
+				ent.CapacityBlocks = rs.CapacityBlocks
+				for _, p := range rs.Problems {
+					ent.Problems = append(ent.Problems, &kvrouterv1.RankProblem{Reason: p.Reason, Count: p.Count, Detail: p.Detail})
+				}
 			}
 			n := 1 + protowire.SizeBytes(proto.Size(ent)) // field 1: tag, length, entry
 			if len(out.Workers) == size || (len(out.Workers) > 0 && pageBytes+n > listPageBytes) {
