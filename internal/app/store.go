@@ -34,6 +34,8 @@ func (r registryStore) Put(w *kvrouterv1.Worker, source fleet.Source) error {
 		WorkerID: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint,
 		KVEventsEndpoint: w.KvEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint, Topic: w.Topic,
 		DPSize: w.DpSize, BlockSize: w.BlockSize, Source: state.Source(source),
+		CapacityTokens: w.CapacityTokens, RankKVEventsEndpoints: w.RankKvEventsEndpoints,
+		RankReplayEndpoints: w.RankReplayEndpoints, RankEndpoints: w.RankEndpoints,
 	})
 }
 
@@ -47,5 +49,7 @@ func protoWorker(w state.Worker) *kvrouterv1.Worker {
 		WorkerId: w.WorkerID, Model: w.Model, Endpoint: w.Endpoint,
 		KvEventsEndpoint: w.KVEventsEndpoint, ReplayEndpoint: w.ReplayEndpoint,
 		DpSize: w.DPSize, BlockSize: w.BlockSize, Topic: w.Topic,
+		CapacityTokens: w.CapacityTokens, RankKvEventsEndpoints: w.RankKVEventsEndpoints,
+		RankReplayEndpoints: w.RankReplayEndpoints, RankEndpoints: w.RankEndpoints,
 	}
 }

@@ -165,7 +165,7 @@ func (f *Fleet) follow(w *kvrouterv1.Worker) error {
 	}
 	if err := f.router.AddWorker(scoring.Worker{
 		ID: w.WorkerId, Model: w.Model, Endpoint: w.Endpoint, DPSize: dp,
-		Approximate: w.KvEventsEndpoint == "",
+		RankEndpoints: w.RankEndpoints, Approximate: w.KvEventsEndpoint == "",
 	}); err != nil {
 		if w.KvEventsEndpoint != "" {
 			if rerr := f.ingest.Remove(w.WorkerId); rerr != nil {

@@ -31,6 +31,16 @@ func Validate(w *kvrouterv1.Worker) error {
 			return bad("worker.endpoint %q: %v", w.Endpoint, err)
 		}
 	}
+	if n := len(w.RankEndpoints); n > 0 {
+		if n != int(max(w.DpSize, 1)) {
+			return bad("worker.rank_endpoints has %d entries for dp_size %d (one a rank)", n, max(w.DpSize, 1))
+		}
+		for i, ep := range w.RankEndpoints {
+			if err := validateServingEndpoint(ep); err != nil {
+				return bad("worker.rank_endpoints[%d] %q: %v", i, ep, err)
+			}
+		}
+	}
 	if w.ReplayEndpoint != "" && w.KvEventsEndpoint == "" {
 		return bad("worker.replay_endpoint is set without worker.kv_events_endpoint")
 	}

@@ -53,3 +53,28 @@ func TestValidateEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRankEndpoints: rank_endpoints, when set, gives one serving
+// address a rank, each one Endpoint would accept.
+func TestValidateRankEndpoints(t *testing.T) {
+	tests := []struct {
+		eps  []string
+		dp   uint32
+		want string
+	}{
+		{nil, 2, ""},
+		{[]string{"10.0.0.1:8000", "10.0.0.2:8000"}, 2, ""},
+		{[]string{"http://10.0.0.1:8000"}, 0, ""},
+		{[]string{"10.0.0.1:8000"}, 2, "worker.rank_endpoints has 1 entries for dp_size 2"},
+		{[]string{"10.0.0.1:8000", "no port"}, 2, "worker.rank_endpoints[1]"},
+	}
+	for _, tt := range tests {
+		err := Validate(&kvrouterv1.Worker{WorkerId: "w", Model: "m", DpSize: tt.dp, RankEndpoints: tt.eps})
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%v: %v", tt.eps, err)
+		case tt.want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%v: %v, want ErrInvalid naming %q", tt.eps, err, tt.want)
+		}
+	}
+}

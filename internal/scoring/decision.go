@@ -65,7 +65,7 @@ type Candidate struct {
 func fillDecision(dec *Decision, ranks []*rank, s *scratch, pick, maxCandidates int) {
 	chosen := ranks[s.cands[pick]]
 	*dec = Decision{
-		WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank, Endpoint: chosen.worker.Endpoint,
+		WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank, Endpoint: chosen.worker.endpoint(chosen.key.DPRank),
 		Matched: s.depth[s.cands[pick]], PromptBlocks: uint32(len(s.hashes)), Cost: s.costs[pick],
 		Candidates: dec.Candidates[:0],
 	}
@@ -147,4 +147,12 @@ func cheapest(costs []float64, pick, n int, out []int) []int {
 		}
 	}
 	return out
+}
+
+// endpoint is the serving address of rank dp.
+func (w *worker) endpoint(dp uint32) string {
+	if int(dp) < len(w.RankEndpoints) && w.RankEndpoints[dp] != "" {
+		return w.RankEndpoints[dp]
+	}
+	return w.Endpoint
 }

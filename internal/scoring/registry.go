@@ -16,6 +16,9 @@ type Worker struct {
 	Endpoint string
 	// DPSize is the number of data-parallel ranks (0 means 1).
 	DPSize int
+	// RankEndpoints, when set, is each rank's serving address, which a
+	// decision for that rank names instead of Endpoint.
+	RankEndpoints []string
 	// Approximate marks a worker without KV events: it is routed from the
 	// router's own predictions alone.
 	Approximate bool
@@ -96,6 +99,7 @@ func (r *Router) AddWorker(w Worker) error {
 	if len(r.workers) >= r.cfg.MaxWorkers {
 		return limitError(LimitWorkers, ErrResourceExhausted, "worker %q not registered: %d workers are registered, the limit (--max-workers)", w.ID, len(r.workers))
 	}
+	w.RankEndpoints = slices.Clone(w.RankEndpoints)
 	wk := &worker{Worker: w}
 	m := r.modelFor(w.Model)
 	for i := 0; i < w.DPSize; i++ {

@@ -63,9 +63,11 @@ func FuzzRegistryReader(f *testing.F) {
 	}
 	b = appendFrame(b, recDelete, appendString(nil, "worker-0001"))
 	f.Add(b)
+	w := tailWorker()
+	f.Add(appendFrame(appendFileHeader(nil, registryMagic, registryVersion), recPut, appendWorker(nil, &w)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if w, err := decodeWorker(b); err == nil {
-			if again, err := decodeWorker(appendWorker(nil, &w)); err != nil || again != w {
+			if again, err := decodeWorker(appendWorker(nil, &w)); err != nil || !again.Equal(&w) {
 				t.Fatalf("worker %+v reads back as %+v, %v", w, again, err)
 			}
 		}
@@ -86,7 +88,7 @@ func FuzzRegistryReader(f *testing.F) {
 			t.Fatalf("compacted: %v, %d of %d", err, len(again), len(live))
 		}
 		for id, w := range live {
-			if again[id] != w {
+			if a := again[id]; !a.Equal(&w) {
 				t.Fatalf("worker %q: %+v, want %+v", id, again[id], w)
 			}
 		}

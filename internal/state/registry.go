@@ -188,7 +188,7 @@ func (r *Registry) Put(w Worker) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.live[w.WorkerID]; ok && old == w {
+	if old, ok := r.live[w.WorkerID]; ok && old.Equal(&w) {
 		return nil
 	}
 	r.buf = appendWorker(append(r.buf[:0], make([]byte, frameHeaderLen)...), &w)

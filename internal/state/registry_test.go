@@ -27,6 +27,67 @@ func testWorker(i int) Worker {
 	}
 }
 
+// tailWorker has every field of the record's optional tail.
+func tailWorker() Worker {
+	w := testWorker(7)
+	w.DPSize = 2
+	w.CapacityTokens = 1 << 20
+	w.RankKVEventsEndpoints = []string{"tcp://10.0.0.7:5557", "tcp://10.0.0.7:6557"}
+	w.RankReplayEndpoints = []string{"tcp://10.0.0.7:5600", "tcp://10.0.0.7:6600"}
+	w.RankEndpoints = []string{"10.0.0.7:8000", "10.0.0.7:8001"}
+	return w
+}
+
+// TestRegistryWorkerTail: capacity and per-rank endpoints survive a
+// reopen and a compaction, a worker without them encodes as it did before
+// the tail existed, and a tail that is present but empty or overlong is
+// refused as corrupt.
+func TestRegistryWorkerTail(t *testing.T) {
+	plain := testWorker(1)
+	enc := appendWorker(nil, &plain)
+	dec, err := decodeWorker(enc)
+	if err != nil || dec.hasTail() || !dec.Equal(&plain) {
+		t.Fatalf("plain worker: %+v %v", dec, err)
+	}
+	path := t.TempDir()
+	d := openDir(t, path)
+	r, _ := openRegistry(t, d)
+	w := tailWorker()
+	if err := r.Put(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Put(plain); err != nil {
+		t.Fatal(err)
+	}
+	size := r.size
+	if err := r.Put(tailWorker()); err != nil || r.size != size {
+		t.Fatalf("an equal put wrote %d bytes: %v", r.size-size, err)
+	}
+	r.Close()
+	d.Close()
+	r2, ref := openRegistry(t, openDir(t, path))
+	if ref != nil {
+		t.Fatalf("refused: %v", ref)
+	}
+	got, ok := r2.Get(w.WorkerID)
+	if !ok || !got.Equal(&w) {
+		t.Fatalf("reopened: %+v, want %+v", got, w)
+	}
+	long := tailWorker()
+	long.RankEndpoints = make([]string, maxRankList+1)
+	if err := r2.Put(long); err == nil {
+		t.Fatal("a rank list over the limit was stored")
+	}
+	// A tail of capacity 0 and three empty lists is not canonical.
+	if _, err := decodeWorker(append(enc, 0, 0, 0, 0)); err == nil {
+		t.Fatal("an empty tail decoded")
+	}
+	// A count larger than the bytes left allocates nothing and fails.
+	if _, err := decodeWorker(append(enc, 1, 0xff, 0xff, 0x03)); err == nil {
+		t.Fatal("an overlong list decoded")
+	}
+}
+
 func openRegistry(t testing.TB, d *Dir) (*Registry, *Refusal) {
 	t.Helper()
 	r, ref, err := OpenRegistry(RegistryConfig{Dir: d})
@@ -92,7 +153,7 @@ func TestRegistryPutDelete(t *testing.T) {
 	if got := ids(r2.Workers()); got != "worker-0000,worker-0001,worker-0002,worker-0004" {
 		t.Fatalf("reopened: %s", got)
 	}
-	if got, _ := r2.Get("worker-0002"); got != w {
+	if got, _ := r2.Get("worker-0002"); !got.Equal(&w) {
 		t.Fatalf("worker-0002 is %+v", got)
 	}
 	if r2.records != 4 {
@@ -120,7 +181,7 @@ func TestRegistryCompaction(t *testing.T) {
 		}
 	}
 	live, _, _, err := readJournal(bytes.NewReader(mustRead(t, filepath.Join(path, RegistryName))))
-	if err != nil || live[w.WorkerID] != w {
+	if got := live[w.WorkerID]; err != nil || !got.Equal(&w) {
 		t.Fatalf("on disk: %v %v", live, err)
 	}
 }
@@ -343,7 +404,8 @@ func TestRegistryKill9(t *testing.T) {
 		t.Fatalf("acknowledged %d, found %d (refusal %v)", acked+1, len(ws), ref)
 	}
 	for i := range ws {
-		if w, ok := r.Get(testWorker(i).WorkerID); !ok || w != testWorker(i) {
+		want := testWorker(i)
+		if w, ok := r.Get(want.WorkerID); !ok || !w.Equal(&want) {
 			t.Fatalf("worker %d: %+v", i, w)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Source says where a registered worker came from.
@@ -27,6 +28,33 @@ type Worker struct {
 	DPSize           uint32
 	BlockSize        uint32
 	Source           Source
+
+	// CapacityTokens and the per-rank endpoint lists are the record's
+	// optional tail: a worker without them encodes as before they existed.
+	CapacityTokens        uint64
+	RankKVEventsEndpoints []string
+	RankReplayEndpoints   []string
+	RankEndpoints         []string
+}
+
+// maxRankList bounds a per-rank endpoint list: one entry a rank.
+const maxRankList = 1 << 12
+
+// Equal reports whether w and o are the same registration.
+func (w *Worker) Equal(o *Worker) bool {
+	return w.WorkerID == o.WorkerID && w.Model == o.Model && w.Endpoint == o.Endpoint &&
+		w.KVEventsEndpoint == o.KVEventsEndpoint && w.ReplayEndpoint == o.ReplayEndpoint &&
+		w.Topic == o.Topic && w.DPSize == o.DPSize && w.BlockSize == o.BlockSize && w.Source == o.Source &&
+		w.CapacityTokens == o.CapacityTokens && slices.Equal(w.RankKVEventsEndpoints, o.RankKVEventsEndpoints) &&
+		slices.Equal(w.RankReplayEndpoints, o.RankReplayEndpoints) && slices.Equal(w.RankEndpoints, o.RankEndpoints)
+}
+
+func (w *Worker) lists() [3]*[]string {
+	return [3]*[]string{&w.RankKVEventsEndpoints, &w.RankReplayEndpoints, &w.RankEndpoints}
+}
+
+func (w *Worker) hasTail() bool {
+	return w.CapacityTokens != 0 || len(w.RankKVEventsEndpoints)+len(w.RankReplayEndpoints)+len(w.RankEndpoints) > 0
 }
 
 // maxField bounds a stored string: a worker's fields are ids and URLs.
@@ -45,6 +73,16 @@ func (w *Worker) validate() error {
 			return fmt.Errorf("a field of %d bytes (limit %d)", len(*f), maxField)
 		}
 	}
+	for _, l := range w.lists() {
+		if len(*l) > maxRankList {
+			return fmt.Errorf("a rank list of %d entries (limit %d)", len(*l), maxRankList)
+		}
+		for _, e := range *l {
+			if len(e) > maxField {
+				return fmt.Errorf("a rank endpoint of %d bytes (limit %d)", len(e), maxField)
+			}
+		}
+	}
 	return nil
 }
 
@@ -54,13 +92,26 @@ func (w *Worker) strings() [7]*string {
 }
 
 // appendWorker encodes w: each string as uvarint length and bytes, in the
-// order of strings(), then DPSize and BlockSize as uvarints.
+// order of strings(), then DPSize and BlockSize as uvarints; then, only
+// when w has any, the tail: CapacityTokens as a uvarint and each list of
+// lists() as a uvarint count and its strings.
 func appendWorker(b []byte, w *Worker) []byte {
 	for _, f := range w.strings() {
 		b = appendString(b, *f)
 	}
 	b = binary.AppendUvarint(b, uint64(w.DPSize))
-	return binary.AppendUvarint(b, uint64(w.BlockSize))
+	b = binary.AppendUvarint(b, uint64(w.BlockSize))
+	if !w.hasTail() {
+		return b
+	}
+	b = binary.AppendUvarint(b, w.CapacityTokens)
+	for _, l := range w.lists() {
+		b = binary.AppendUvarint(b, uint64(len(*l)))
+		for _, e := range *l {
+			b = appendString(b, e)
+		}
+	}
+	return b
 }
 
 // decodeWorker decodes a whole payload written by appendWorker.
@@ -73,12 +124,41 @@ func decodeWorker(p []byte) (Worker, error) {
 	w.DPSize = d.uint32()
 	w.BlockSize = d.uint32()
 	if d.err == nil && d.pos != len(p) {
+		d.tail(&w)
+	}
+	if d.err == nil && d.pos != len(p) {
 		d.err = fmt.Errorf("%d bytes after the record", len(p)-d.pos)
 	}
 	if d.err == nil && w.WorkerID == "" {
 		d.err = errors.New("empty worker id")
 	}
 	return w, d.err
+}
+
+// tail decodes appendWorker's optional tail into w. A list's count is
+// checked against the bytes left before anything is allocated for it.
+func (d *decoder) tail(w *Worker) {
+	w.CapacityTokens = d.uvarint()
+	for _, l := range w.lists() {
+		n := d.uvarint()
+		if d.err != nil {
+			return
+		}
+		if n > maxRankList || n > uint64(len(d.p)-d.pos) {
+			d.fail("rank list of %d entries (limit %d, %d bytes left)", n, maxRankList, len(d.p)-d.pos)
+			return
+		}
+		if n == 0 {
+			continue
+		}
+		*l = make([]string, n)
+		for i := range *l {
+			(*l)[i] = d.string(maxField)
+		}
+	}
+	if d.err == nil && !w.hasTail() {
+		d.fail("empty record tail")
+	}
 }
 
 func appendString(b []byte, s string) []byte {
