@@ -1426,10 +1426,12 @@ type WorkerStatus struct {
 	DecodeErrors   uint64                 `protobuf:"varint,12,opt,name=decode_errors,json=decodeErrors,proto3" json:"decode_errors,omitempty"`
 	// restore is how the rank came back after the router restarted from a snapshot:
 	// "restored" (the engine replayed everything since the snapshot: nothing lost),
-	// "rebuilt" (the engine's replay buffer no longer reached the snapshot: cleared and
-	// rebuilt from what the engine still has), "reset" (the engine restarted meanwhile),
-	// "kept" (no replay socket; the first live batch followed the snapshot), "cleared"
-	// (no replay socket and it did not), or empty (not restored, or not decided yet).
+	// "rebuilt" (the engine's replay buffer, or without one the first live batch, no longer
+	// reached the snapshot: the snapshot's blocks kept, what the engine still has applied,
+	// the rank inexact since the snapshot), "reset" (the engine restarted meanwhile), "kept"
+	// (no replay socket; the first live batch followed the snapshot), "cleared" (no replay
+	// socket and the first live seq was at or below the snapshot's: the engine restarted),
+	// or empty (not restored, or not decided yet).
 	Restore string `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
 	// source is where the registration came from: "config" (the YAML file), "api" or
 	// "discovery".
