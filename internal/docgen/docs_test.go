@@ -40,10 +40,22 @@ var machineDefaults = map[string]string{
 // vectors nor collect a series without a registered worker, so Describe
 // cannot tell; an entry no longer needed fails the test.
 var customTypes = map[string]string{
-	"kvrouter_active_requests":           "gauge",
-	"kvrouter_prefill_tokens_per_second": "gauge",
-	"kvrouter_rank_cached_blocks":        "gauge",
-	"kvrouter_route_load_imbalance":      "gauge",
+	"kvrouter_ingest_capacity_blocks":          "gauge",
+	"kvrouter_ingest_capacity_evictions_total": "counter",
+	"kvrouter_ingest_catch_ups_limited_total":  "counter",
+	"kvrouter_ingest_connected":                "gauge",
+	"kvrouter_ingest_engine_restarts_total":    "counter",
+	"kvrouter_ingest_gaps_total":               "counter",
+	"kvrouter_ingest_inexact":                  "gauge",
+	"kvrouter_ingest_last_seq":                 "gauge",
+	"kvrouter_ingest_queue_budget_waits_total": "counter",
+	"kvrouter_ingest_reconnects_total":         "counter",
+	"kvrouter_ingest_replay_failures_total":    "counter",
+	"kvrouter_ingest_replays_total":            "counter",
+	"kvrouter_active_requests":                 "gauge",
+	"kvrouter_prefill_tokens_per_second":       "gauge",
+	"kvrouter_rank_cached_blocks":              "gauge",
+	"kvrouter_route_load_imbalance":            "gauge",
 }
 
 // routerFlags is cmd/router's flag set: --config and --version (its own,

@@ -15,7 +15,6 @@ var pendingDocs = map[string]bool{
 	"docs/gateway-epp.md": true,
 	"docs/tokenizer.md":   true,
 	"docs/kubernetes.md":  true,
-	"docs/ingest.md":      true,
 }
 
 var (
