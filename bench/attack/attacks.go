@@ -22,6 +22,7 @@ import (
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/internal/testaddr"
 )
 
 var attacks = []attack{
@@ -525,11 +526,12 @@ func attackOversized(ctx context.Context, e *env) (string, error) {
 }
 
 func attackRegFlood(ctx context.Context, e *env) (string, error) {
-	port, err := replay.FreePort() // nothing listens there: the router dials in vain
+	refused, err := testaddr.NewRefused() // held, never listening: the router dials in vain
 	if err != nil {
 		return "", err
 	}
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	defer refused.Close()
+	ep := "tcp://" + refused.Addr()
 	var cc codeCounts
 	var mu sync.Mutex
 	var registered []string

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/app"
 	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
+	"github.com/kvrouter/kvrouter/internal/testaddr"
 )
 
 // startReplica starts a router in cluster mode on ns.
@@ -285,12 +285,12 @@ func overallHealth(t *testing.T, r *router) healthpb.HealthCheckResponse_Serving
 // TestClusterUnreachableNATS: a router pointed at a NATS URL where nothing
 // listens exits with a clear error, in bounded time.
 func TestClusterUnreachableNATS(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	refused, err := testaddr.NewRefused()
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "nats://" + l.Addr().String()
-	l.Close()
+	defer refused.Close()
+	url := "nats://" + refused.Addr()
 	start := time.Now()
 	out, err := exec.Command(binary, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
 		"--nats-url", url, "--nats-connect-timeout", "1s").CombinedOutput()

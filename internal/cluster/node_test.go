@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
+	"github.com/kvrouter/kvrouter/internal/testaddr"
 )
 
 // replica is a Node with the scoring Router it shares.
@@ -227,12 +227,12 @@ func TestRegistryRace(t *testing.T) {
 // TestConnectUnreachable: no server at the URL is an error in bounded time,
 // not a hang.
 func TestConnectUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	refused, err := testaddr.NewRefused()
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "nats://" + l.Addr().String()
-	l.Close()
+	defer refused.Close()
+	url := "nats://" + refused.Addr()
 	cfg := testConfig(url, "x")
 	cfg.ConnectTimeout = 500 * time.Millisecond
 	done := make(chan error, 1)
