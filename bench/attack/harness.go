@@ -210,7 +210,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer fleet.Close()
-	if err := fleet.Register(ctx, rt.Registry, cfg.Model, 10*time.Second); err != nil {
+	wait := 10 * time.Second
+	if cfg.Untimed {
+		wait *= untimedPatience
+	}
+	if err := fleet.Register(ctx, rt.Registry, cfg.Model, wait); err != nil {
 		return nil, err
 	}
 	e := &env{cfg: cfg, rt: rt, bound: bound, fleet: fleet, model: cfg.Model, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), scale: sc,
