@@ -331,8 +331,14 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	}
 	if s.reps != nil {
 		// Every request was finished (on some replica): what a replica still
-		// counts active is load it was never told had ended.
-		if res.ActiveAfter, err = s.reps.ActiveAfter(ctx, 3*time.Second); err != nil {
+		// counts active is load it was never told had ended. With the sync a
+		// survivor gets to 0 once it has applied its peers' marks, which a
+		// loaded machine delays; the wait ends as soon as it does.
+		wait := 3 * time.Second
+		if res.Sync {
+			wait = time.Minute
+		}
+		if res.ActiveAfter, err = s.reps.ActiveAfter(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -50,16 +51,14 @@ func TestConfigEndpointConcreteHostIsDialled(t *testing.T) {
 // engine already bound on PORT the router refuses to start and says what to
 // register instead.
 func TestConfigEndpointWildcardBinds(t *testing.T) {
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := free.Addr().(*net.TCPAddr).Port
-	free.Close()
-	startRouter(t, "--config", writeEndpointConfig(t, fmt.Sprintf("tcp://*:%d", port)), "--catch-up-wait", "0")
+	// Port 0: the kernel picks the port the router binds, and the router
+	// logs it; a port probed free beforehand could be taken before the
+	// router binds it.
+	r := startRouter(t, "--config", writeEndpointConfig(t, "tcp://*:0"), "--catch-up-wait", "0")
+	port := boundPort(t, r)
 	nc, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second)
 	if err != nil {
-		t.Fatalf("the router is not listening for engines on tcp://*:%d: %v", port, err)
+		t.Fatalf("the router is not listening for engines on tcp://*:0 (bound %d): %v", port, err)
 	}
 	nc.Close()
 
@@ -73,6 +72,32 @@ func TestConfigEndpointWildcardBinds(t *testing.T) {
 		"--state-dir", t.TempDir(), "--config", writeEndpointConfig(t, ep)).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "address already in use") || !strings.Contains(string(out), "register the engine's address") {
 		t.Fatalf("router with %s while an engine is bound there: err=%v output=%s; want a failure saying what to register", ep, err, out)
+	}
+}
+
+// boundPort waits for the router's log record of a kv_events_endpoint it
+// bound and returns the port it names under "listening".
+func boundPort(t *testing.T, r *router) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, line := range strings.Split(r.logs(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			if addr, ok := rec["listening"].(string); ok {
+				tcp, err := net.ResolveTCPAddr("tcp", addr)
+				if err != nil {
+					t.Fatalf("bound address %q: %v", addr, err)
+				}
+				return tcp.Port
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log record names the bound kv events address:\n%s", r.logs())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log reader's progress
 	}
 }
 

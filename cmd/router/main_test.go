@@ -62,11 +62,11 @@ func (r *router) logs() string {
 }
 
 // waitLogs returns the router's log once it holds every one of wants, or
-// as it is after 20 s. A line the router wrote before an event the test saw
+// as it is after a minute. A line the router wrote before an event the test saw
 // (health SERVING, say) reaches logs only when the goroutine reading its
 // stderr has read it.
 func waitLogs(r *router, wants ...string) string {
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		logs := r.logs()
 		missing := false
@@ -129,8 +129,8 @@ func launchRouter(t *testing.T, args ...string) *router {
 	case <-ready:
 	case err := <-r.exited:
 		t.Fatalf("router exited before listening: %v\n%s", err, r.stderrTail)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("router did not start in 30s")
+	case <-time.After(90 * time.Second):
+		t.Fatalf("router did not start in 90s")
 	}
 	return r
 }
@@ -138,7 +138,7 @@ func launchRouter(t *testing.T, args ...string) *router {
 // waitServing watches the router's overall health until it is SERVING.
 func waitServing(t *testing.T, r *router) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	w, err := healthpb.NewHealthClient(dial(t, r.grpcAddr)).Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {

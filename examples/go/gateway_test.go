@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/examples/internal/routertest"
+	"github.com/kvrouter/kvrouter/internal/testaddr"
 )
 
 const model = "example-model"
@@ -128,12 +128,12 @@ func TestFallbackOnNotFound(t *testing.T) {
 // Unavailable, and the next one routes the request.
 func TestNextReplicaOnUnavailable(t *testing.T) {
 	_, eng, g := setup(t, 2)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	refused, err := testaddr.NewRefused() // held, never listening: connection refused
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.Addr().String()
-	l.Close() // nothing listens there now: connection refused
+	defer refused.Close()
+	dead := refused.Addr()
 	cc, err := grpc.NewClient(dead, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -112,7 +112,8 @@ func TestLoadErrorsOverGRPC(t *testing.T) {
 func TestUnregisterAfterIngestForgot(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
-	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))}
+	_, port := listenPub(t)
+	w := &kvrouterv1.Worker{WorkerId: "w", Model: "m", KvEventsEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port)}
 	if _, err := e.registry.RegisterWorker(c, &kvrouterv1.RegisterWorkerRequest{Worker: w}); err != nil {
 		t.Fatal(err)
 	}

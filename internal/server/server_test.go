@@ -91,14 +91,17 @@ func callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 20*time.Second)
 }
 
-func freePort(t *testing.T) int {
+// listenPub binds a publisher on a port the kernel picks, as an engine
+// does, and returns it with that port: a port probed free and bound later
+// can be taken in between.
+func listenPub(t *testing.T) (zmq4.Socket, int) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	pub := zmq4.NewPub(context.Background())
+	t.Cleanup(func() { pub.Close() })
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return pub, pub.Addr().(*net.TCPAddr).Port
 }
 
 // storedBatch is a vLLM >= 0.26 map-form batch storing blocks of 16 tokens each.
@@ -127,12 +130,7 @@ func seqFrame(seq uint64) []byte {
 func TestScoreAndRouteFollowEngineEvents(t *testing.T) {
 	e := newEnv(t)
 	c := ctx(t)
-	port := freePort(t)
-	pub := zmq4.NewPub(context.Background())
-	defer pub.Close()
-	if err := pub.Listen(fmt.Sprintf("tcp://127.0.0.1:%d", port)); err != nil {
-		t.Fatal(err)
-	}
+	pub, port := listenPub(t)
 	for _, w := range []*kvrouterv1.Worker{
 		{WorkerId: "engine-a", Model: "m", Endpoint: "a:8000", KvEventsEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port)},
 		{WorkerId: "approx-b", Model: "m", Endpoint: "b:8000"},

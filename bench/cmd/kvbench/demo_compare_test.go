@@ -115,7 +115,7 @@ func TestDemoComparison(t *testing.T) {
 		t.Skip("starts a router and eight engines for several seconds")
 	}
 	bin := buildRouter(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard, sized for a loaded machine
 	defer cancel()
 	out := &lines{ch: make(chan string, 64)}
 	done := make(chan error, 1)

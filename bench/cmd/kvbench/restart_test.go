@@ -31,7 +31,7 @@ func TestRestartShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.workRoot = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard, sized for a loaded machine
 	defer cancel()
 	var out, progress bytes.Buffer
 	res, err := restartScenario(ctx, cfg, &out, &progress)

@@ -28,7 +28,7 @@ func TestSweepShort(t *testing.T) {
 	if len(cfg.Traces) != 2 || len(cfg.Capacities) != 1 || len(cfg.Loads) != 2 {
 		t.Fatalf("short matrix: %d traces x %d capacities x %d loads, want 2 x 1 x 2", len(cfg.Traces), len(cfg.Capacities), len(cfg.Loads))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a hang guard, sized for a loaded machine
 	defer cancel()
 	t0 := time.Now()
 	rep, err := sweep.Run(ctx, cfg)
