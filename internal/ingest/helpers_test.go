@@ -24,7 +24,7 @@ import (
 const (
 	testBlockSize = 16
 	python        = "/usr/bin/python3"
-	waitFor       = 15 * time.Second // upper bound of every condition wait
+	waitFor       = 60 * time.Second // upper bound of every condition wait, for a loaded 2-core machine
 )
 
 // eventually polls cond until it holds or the deadline passes.
@@ -78,7 +78,7 @@ func newTestManagerWith(t testing.TB, idx *radix.Index, mod func(*Config)) (*Man
 	cfg := Config{
 		Index: idx, BlockSize: testBlockSize, Logger: testLogger(t), Registerer: reg,
 		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
-		ReplayTimeout: 3 * time.Second, StopTimeout: 5 * time.Second,
+		ReplayTimeout: 10 * time.Second, StopTimeout: 5 * time.Second,
 	}
 	mod(&cfg)
 	m, err := New(cfg)
