@@ -145,7 +145,7 @@ type envoy struct {
 
 func (e *env) open() *envoy {
 	// The deadline only ends a stream a failed test leaves waiting.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	e.t.Cleanup(cancel)
 	s, err := e.client.Process(ctx)
 	if err != nil {
