@@ -1,13 +1,13 @@
 package epp
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"io"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -81,5 +81,6 @@ func (p *Picker) requestID() string {
 	return p.prefix + strconv.FormatUint(p.nextID.Add(1), 36)
 }
 
-// markCtx is the context of a mark: it goes on after its stream is gone.
-func markCtx() context.Context { return context.Background() }
+// markTimeout bounds a mark's wait (with replicas, for MarkSync): a stream
+// never waits on it longer.
+const markTimeout = 5 * time.Second

@@ -52,8 +52,9 @@ func (s *reqStream) handle(req *extprocv3.ProcessingRequest) (done bool, err err
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return false, s.responseBody(r.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		err := s.send(trailers(false))
 		s.finish()
-		return false, s.send(trailers(false))
+		return false, err
 	default:
 		s.p.m.skip(skipUnknownFrame)
 		return false, nil
@@ -214,10 +215,11 @@ func (s *reqStream) responseHeaders(req *extprocv3.ProcessingRequest, h *extproc
 	} else {
 		out = responseHeaders()
 	}
+	err := s.send(out)
 	if h.GetEndOfStream() {
 		s.finish()
 	}
-	return s.send(out)
+	return err
 }
 
 func (s *reqStream) responseBody(b *extprocv3.HttpBody) error {
@@ -225,6 +227,8 @@ func (s *reqStream) responseBody(b *extprocv3.HttpBody) error {
 		s.p.m.skip(skipDuplicateEOS)
 		return nil
 	}
+	// The chunk goes on first: a mark may wait (for replicas, MarkSync).
+	err := s.send(streamedBody(false, b.GetBody(), b.GetEndOfStream()))
 	if !s.prefilled {
 		s.prefilled = true
 		s.mark(false)
@@ -232,7 +236,7 @@ func (s *reqStream) responseBody(b *extprocv3.HttpBody) error {
 	if b.GetEndOfStream() {
 		s.finish()
 	}
-	return s.send(streamedBody(false, b.GetBody(), b.GetEndOfStream()))
+	return err
 }
 
 // finish marks the request finished, once.
@@ -250,11 +254,13 @@ func (s *reqStream) mark(finished bool) {
 		return
 	}
 	ref := &kvrouterv1.RequestRef{RequestId: s.requestID}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout) // outlives the stream
+	defer cancel()
 	var err error
 	if finished {
-		_, err = s.p.cfg.Router.MarkFinished(markCtx(), ref)
+		_, err = s.p.cfg.Router.MarkFinished(ctx, ref)
 	} else {
-		_, err = s.p.cfg.Router.MarkPrefillDone(markCtx(), ref)
+		_, err = s.p.cfg.Router.MarkPrefillDone(ctx, ref)
 	}
 	if err != nil {
 		s.p.m.skip(skipMarkFailed)
