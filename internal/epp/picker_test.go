@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
@@ -399,3 +400,26 @@ func TestNotReady(t *testing.T) {
 type notReady struct{ Router }
 
 func (notReady) Ready() bool { return false }
+
+// TestTrailersEndTheBody: a body ended by trailers (no end_of_stream) is
+// routed at the trailers, echoed without end_of_stream, then the trailers
+// are answered.
+func TestTrailersEndTheBody(t *testing.T) {
+	e := newEnv(t, envOpts{}, worker("w1", "m", "10.0.0.1:8000", 1))
+	body := tokens("m", 1, 64)
+	v := e.open()
+	v.send(reqHeaders(hdrs(false, ":path: /v1/completions"), nil))
+	v.send(reqBody(body, false))
+	v.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{}}})
+	if dest, _ := picked(t, v.recv()); dest != "10.0.0.1:8000" {
+		t.Fatalf("dest %q", dest)
+	}
+	sr := v.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if string(sr.GetBody()) != body || sr.GetEndOfStream() {
+		t.Fatalf("echo %d bytes, end_of_stream %v; want the body without end_of_stream", len(sr.GetBody()), sr.GetEndOfStream())
+	}
+	if r := v.recv(); r.GetRequestTrailers() == nil {
+		t.Fatalf("want the trailers response, got %v", r)
+	}
+}
