@@ -52,10 +52,17 @@ func (s *reqStream) choose() (string, error) {
 	s.finish()
 	s.respDone = false
 	s.p.m.skip(skipSubsetMoved)
-	for _, c := range resp.GetCandidates() { // cheapest first
-		if ep := s.endpointOf(c.GetWorkerId(), c.GetDpRank(), ""); ep != "" && s.subset.allows(ep) {
-			return ep, nil
+	best, bestCost := "", 0.0
+	for _, c := range resp.GetCandidates() { // every candidate, in no order
+		if best != "" && c.GetCost() >= bestCost {
+			continue
 		}
+		if ep := s.endpointOf(c.GetWorkerId(), c.GetDpRank(), ""); ep != "" && s.subset.allows(ep) {
+			best, bestCost = ep, c.GetCost()
+		}
+	}
+	if best != "" {
+		return best, nil
 	}
 	return "", fmt.Errorf("%w: no worker of model %q is in the subset hint", ErrNoEndpoint, prompt.GetModel())
 }

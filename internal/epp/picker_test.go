@@ -423,3 +423,47 @@ func TestTrailersEndTheBody(t *testing.T) {
 		t.Fatalf("want the trailers response, got %v", r)
 	}
 }
+
+// TestSubsetMovesToCheapest: when the router's choice (the rank caching
+// the prompt) is outside the subset hint, the cheapest candidate inside it
+// serves: the idle rank, not the one busy with another request.
+func TestSubsetMovesToCheapest(t *testing.T) {
+	e := newEnv(t, envOpts{scoring: func(c *scoring.Config) { c.Policy = scoring.PolicyBlocks }},
+		worker("w1", "m", "10.0.0.1:8000", 1), worker("w2", "m", "10.0.0.2:8000", 1), worker("w3", "m", "10.0.0.3:8000", 1))
+	all := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
+	route := func(body string, subset []any) string {
+		v := e.open() // held open: its load stays
+		var md *corev3.Metadata
+		if subset != nil {
+			md = metadata(SubsetNamespace, SubsetKey, subset)
+		}
+		v.send(reqHeaders(hdrs(false, ":path: /v1/completions"), md))
+		v.send(reqBody(body, true))
+		dest, _ := picked(t, v.recv())
+		v.echoed()
+		return dest
+	}
+	x := route(tokens("m", 1, 512), nil) // caches the prompt on x
+	var others []any
+	for _, ep := range all {
+		if ep != x {
+			others = append(others, ep)
+		}
+	}
+	y := route(tokens("m", 50000, 2048), nil) // a long request keeps y busy
+	if y == x {
+		t.Fatalf("the long request went to %q, which holds the first one's load", x)
+	}
+	want := ""
+	for _, ep := range others {
+		if ep != y {
+			want = ep.(string)
+		}
+	}
+	if got := route(tokens("m", 1, 512), others); got != want {
+		t.Fatalf("dest %q, want the idle %q (cached on %q, busy %q)", got, want, x, y)
+	}
+	if n := testutil.ToFloat64(e.picker.m.skipped.WithLabelValues(skipSubsetMoved)); n != 1 {
+		t.Fatalf("subset moves %v, want 1: the router's choice was in the subset, the test did not exercise the move", n)
+	}
+}
