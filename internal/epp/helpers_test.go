@@ -56,13 +56,15 @@ func (r *recRouter) Route(ctx context.Context, req *kvrouterv1.RouteRequest) (*k
 	return r.Router.Route(ctx, req)
 }
 
+// The marks are recorded once the router applied them.
+
 func (r *recRouter) MarkPrefillDone(ctx context.Context, ref *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
-	r.marks <- "prefill " + ref.GetRequestId()
+	defer func() { r.marks <- "prefill " + ref.GetRequestId() }()
 	return r.Router.MarkPrefillDone(ctx, ref)
 }
 
 func (r *recRouter) MarkFinished(ctx context.Context, ref *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
-	r.marks <- "finished " + ref.GetRequestId()
+	defer func() { r.marks <- "finished " + ref.GetRequestId() }()
 	return r.Router.MarkFinished(ctx, ref)
 }
 
