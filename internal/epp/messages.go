@@ -1,6 +1,7 @@
 package epp
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -104,10 +105,10 @@ func trailers(request bool) *extprocv3.ProcessingResponse {
 // immediate answers the HTTP request itself with status and a JSON error
 // body in OpenAI's shape.
 func immediate(status int, msg string) *extprocv3.ProcessingResponse {
-	body, _ := structpb.NewStruct(map[string]any{"error": map[string]any{
+	// encoding/json: protojson's output is deliberately unstable.
+	js, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"message": msg, "type": "kvrouter_endpoint_picker", "code": status,
 	}})
-	js, _ := body.MarshalJSON()
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
