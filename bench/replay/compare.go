@@ -331,7 +331,9 @@ func (v variant) label() string {
 	return r.Label()
 }
 
-func isRouterPolicy(p string) bool { return p == PolicyKV || p == PolicyKVNoPredict }
+func isRouterPolicy(p string) bool {
+	return p == PolicyKV || p == PolicyKVNoPredict || p == PolicyKVEPP
+}
 
 // variants lists the runs in order: every policy (each router policy once per
 // replica count and sync mode), the whole list Rounds times.

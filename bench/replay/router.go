@@ -41,6 +41,10 @@ type RouterConfig struct {
 	Log io.Writer
 	// StartTimeout bounds StartRouter's wait for the router to answer (default 20 s).
 	StartTimeout time.Duration
+	// EPP serves the endpoint picker (--epp-addr) on EPPAddr, a free
+	// loopback port when empty.
+	EPP     bool
+	EPPAddr string
 }
 
 // Router is a running router subprocess with clients connected to it.
@@ -55,6 +59,7 @@ type Router struct {
 	Started  time.Time
 	GRPCAddr string
 	HTTPAddr string
+	EPPAddr  string // "" unless RouterConfig.EPP
 	Conn     *grpc.ClientConn
 	Router   kvrouterv1.RouterClient
 	Registry kvrouterv1.RegistryClient
@@ -177,6 +182,13 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 		"--http-addr", httpArg,
 		"--block-size", strconv.Itoa(cfg.BlockSize),
 	}, cfg.Args...)
+	if cfg.EPP {
+		eppArg, err := handOver(&cfg.EPPAddr, &inherited)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--epp-addr", eppArg)
+	}
 	var tmpState string
 	if !slices.ContainsFunc(cfg.Args, func(a string) bool { return a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") }) {
 		if tmpState, err = os.MkdirTemp("", "kvrouter-state-"); err != nil {
@@ -196,6 +208,9 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 	}
 	r := &Router{cmd: cmd, exited: make(chan struct{}), Started: time.Now(), tmpState: tmpState,
 		GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
+	if cfg.EPP {
+		r.EPPAddr = dialAddr(cfg.EPPAddr)
+	}
 	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
 	// A short reconnect backoff: the default (1 s after the first refused
 	// connection) would hide how soon a starting router answers.

@@ -133,6 +133,7 @@ type routerSide struct {
 	router *Router
 	reps   *Replicas
 	gw     *Gateway
+	epp    *EPPGateway // PolicyKVEPP: requests go through the endpoint picker
 	nats   *NATS
 	tap    *NATSTap
 	logs   []*os.File
@@ -144,6 +145,12 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	rc.Args = append([]string(nil), cfg.Router.Args...)
 	if v.policy == PolicyKVNoPredict {
 		rc.Args = append(rc.Args, "--predict=false")
+	}
+	if v.policy == PolicyKVEPP {
+		if v.replicas > 0 {
+			return nil, fmt.Errorf("policy %s runs one router, not %d replicas", PolicyKVEPP, v.replicas)
+		}
+		rc.EPP = true
 	}
 	rc.Args = ScaleRouterArgs(rc.Args, cfg.SpeedUp)
 	s := &routerSide{}
@@ -176,6 +183,12 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 			return nil, err
 		}
 		s.choose, s.marks = RouterChooser(s.router.Router, fleet, cfg.Model), s.router.Router
+		if rc.EPP {
+			if s.epp, err = NewEPPGateway(s.router.EPPAddr); err != nil {
+				return nil, err
+			}
+			s.choose, s.marks = s.epp.Chooser(fleet, cfg.Model), s.epp
+		}
 		return s, nil
 	}
 	rcfg := ReplicasConfig{N: v.replicas, Router: rc,
@@ -211,6 +224,9 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 func (s *routerSide) close() {
 	if s.gw != nil {
 		s.gw.Close()
+	}
+	if s.epp != nil {
+		s.epp.Close()
 	}
 	if s.reps != nil {
 		s.reps.Stop()

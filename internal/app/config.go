@@ -14,6 +14,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/cluster"
+	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -43,6 +44,7 @@ type Config struct {
 	Index   radix.Options        `yaml:",inline"`
 	Persist persist.Options      `yaml:",inline"`
 	Cluster cluster.Options      `yaml:",inline"`
+	EPP     epp.Options          `yaml:",inline"`
 
 	// Workers are registered at start (source "config").
 	Workers []WorkerConfig `yaml:"workers"`
@@ -102,6 +104,7 @@ func DefaultConfig() Config {
 		Index:        radix.DefaultOptions(),
 		Persist:      persist.DefaultOptions(),
 		Cluster:      cluster.DefaultOptions(),
+		EPP:          epp.DefaultOptions(),
 	}
 }
 
@@ -121,6 +124,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Index.RegisterFlags(fs)
 	c.Persist.RegisterFlags(fs)
 	c.Cluster.RegisterFlags(fs)
+	c.EPP.RegisterFlags(fs)
 }
 
 // ReadFile reads the YAML file at path over c; an unknown key is an error.
@@ -148,7 +152,7 @@ func (c *Config) Validate() error {
 	case c.CatchUpWait < 0:
 		return fmt.Errorf("config: catch_up_wait %v must be >= 0", c.CatchUpWait)
 	}
-	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster} {
+	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster, &c.EPP} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
