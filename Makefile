@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 FUZZTIME      ?= 10s
 BENCHTIME     ?= 1x
 
-.PHONY: all build run test bench bench-go fuzz lint proto tools clean
+.PHONY: all build run test bench bench-go fuzz lint proto tools clean goldens
 
 all: build
 
@@ -56,3 +56,8 @@ proto: tools
 
 clean:
 	rm -rf bin $(TOOLS)
+
+# Regenerates the tokenizer parity goldens (and the gzipped tokenizer files) with the Rust
+# tokenizers library under node; the versions are pinned in the generator's package.json.
+goldens:
+	cd internal/tokenizer/testdata/gen && npm install --no-audit --no-fund && node gen.js

@@ -1,0 +1,76 @@
+package tokenizer
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// defaultCacheEntries bounds the word cache; each entry is one pre-token and its ids.
+const (
+	defaultCacheEntries = 1 << 16
+	maxCachedWordBytes  = 256
+	cacheShards         = 16
+)
+
+// wordCache maps pre-tokens to their ids. It is exact: BPE never merges across pre-tokens, so a
+// word's ids do not depend on its neighbours. A full shard is emptied rather than evicted entry
+// by entry; words recur, so it refills at once.
+type wordCache struct {
+	shards       [cacheShards]cacheShard
+	perShard     int
+	hits, misses atomic.Uint64
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]uint32
+}
+
+func newWordCache(entries int) *wordCache {
+	c := &wordCache{perShard: max(entries/cacheShards, 1)}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]uint32)
+	}
+	return c
+}
+
+func (c *wordCache) shard(w string) *cacheShard {
+	h := uint32(2166136261)
+	for i := 0; i < len(w); i++ {
+		h = (h ^ uint32(w[i])) * 16777619
+	}
+	return &c.shards[h%cacheShards]
+}
+
+func (c *wordCache) get(w string) ([]uint32, bool) {
+	if len(w) > maxCachedWordBytes {
+		return nil, false
+	}
+	s := c.shard(w)
+	s.mu.RLock()
+	ids, ok := s.m[w]
+	s.mu.RUnlock()
+	if ok {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+	return ids, ok
+}
+
+func (c *wordCache) put(w string, ids []uint32) {
+	if len(w) > maxCachedWordBytes {
+		return
+	}
+	s := c.shard(w)
+	cp := append([]uint32(nil), ids...)
+	s.mu.Lock()
+	if len(s.m) >= c.perShard {
+		clear(s.m)
+	}
+	s.m[strings.Clone(w)] = cp
+	s.mu.Unlock()
+}
+
+func (c *wordCache) stats() (hits, misses uint64) { return c.hits.Load(), c.misses.Load() }
