@@ -58,6 +58,7 @@ clean:
 	rm -rf bin $(TOOLS)
 
 # Regenerates the tokenizer parity goldens (and the gzipped tokenizer files) with the Rust
-# tokenizers library under node; the versions are pinned in the generator's package.json.
+# tokenizers library under node (npm) and the chat templates with Python's Jinja2 (as transformers
+# renders them; pip install jinja2); the npm versions are pinned in the generator's package.json.
 goldens:
 	cd internal/tokenizer/testdata/gen && npm install --no-audit --no-fund && node gen.js

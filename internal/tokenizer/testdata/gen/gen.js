@@ -6,6 +6,14 @@ const path = require('path');
 const zlib = require('zlib');
 const { Tokenizer } = require('@anush008/tokenizers');
 const { corpus } = require('./corpus.js');
+const { conversations } = require('./chats.js');
+const { execFileSync } = require('child_process');
+
+// render runs render.py (Python's Jinja2, as transformers renders chat templates).
+function render(jobs) {
+  const py = process.env.PYTHON || 'python3';
+  return JSON.parse(execFileSync(py, [path.join(__dirname, 'render.py')], { input: JSON.stringify(jobs), maxBuffer: 1 << 28 }).toString());
+}
 
 const out = path.resolve(__dirname, '..');
 const models = ['qwen3', 'llama3'];
@@ -60,7 +68,21 @@ async function main() {
     }
     if (m === 'llama3') await templateVariant(path.join(dir, 'tokenizer.json'), texts.slice(0, 400));
     fs.writeFileSync(path.join(out, m, 'text_goldens.jsonl.gz'), zlib.gzipSync(lines.join('\n') + '\n', { level: 9 }));
-    console.log(`${m}: ${texts.length} texts`);
+    const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+    const convs = conversations(m, 80);
+    const special = {};
+    for (const k of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) if (cfg[k]) special[k] = cfg[k];
+    const renders = render(convs.map((c) => ({ template: cfg.chat_template, data: {
+      ...special, messages: c.messages, add_generation_prompt: c.add_generation_prompt,
+      ...(c.tools ? { tools: c.tools } : {}), ...(c.kwargs || {}) } })));
+    const chats = [];
+    for (const [i, c] of convs.entries()) {
+      const rendered = renders[i];
+      const ids = (await tok.encode(rendered, undefined, { addSpecialTokens: false })).getIds();
+      chats.push(JSON.stringify({ ...c, rendered, ids: Array.from(ids) }));
+    }
+    fs.writeFileSync(path.join(out, m, 'chat_goldens.jsonl.gz'), zlib.gzipSync(chats.join('\n') + '\n', { level: 9 }));
+    console.log(`${m}: ${texts.length} texts, ${chats.length} chats`);
   }
 }
 main().catch((e) => { console.error(e); process.exit(1); });
