@@ -108,8 +108,8 @@ func TestParityChat(t *testing.T) {
 // refused when loaded; a config without a template says so.
 func TestRefuseAtLoad(t *testing.T) {
 	for _, src := range []string{
-		"{% for m in messages %}{{ m.content }",             // does not compile
-		"{{ raise_exception('no plain conversations') }}",    // fails on every conversation
+		"{% for m in messages %}{{ m.content }",           // does not compile
+		"{{ raise_exception('no plain conversations') }}", // fails on every conversation
 		"{% for m in messages %}{{ m.content | nosuchfilter }}{% endfor %}",
 	} {
 		if _, err := Parse("bad.jinja", src, nil); err == nil || !strings.Contains(err.Error(), "bad.jinja") {

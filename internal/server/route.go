@@ -101,7 +101,7 @@ func maxCandidates(req *kvrouterv1.RouteRequest) int {
 // route answers req, with d as the decision's memory (reused by a stream).
 func (s *Server) route(req *kvrouterv1.RouteRequest, d *scoring.Decision) (*kvrouterv1.RouteResponse, error) {
 	var p scoring.Prompt
-	if err := promptTo(&p, req.GetPrompt()); err != nil {
+	if _, err := s.promptText(&p, req.GetPrompt()); err != nil {
 		return nil, err
 	}
 	if err := s.router.RouteTo(d, &p, req.GetRequestId(), req.GetTemperature(), maxCandidates(req)); err != nil {
