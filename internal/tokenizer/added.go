@@ -10,6 +10,7 @@ import (
 type addedTrie struct {
 	nodes []trieNode
 	n     int
+	first [256]bool // bytes that start an added token: the scan skips the rest at once
 }
 
 type trieNode struct {
@@ -55,6 +56,7 @@ func (t *addedTrie) insert(s string, id uint32) {
 	if !t.nodes[cur].leaf {
 		t.n++
 	}
+	t.first[s[0]] = true
 	t.nodes[cur].leaf, t.nodes[cur].id = true, id
 }
 
@@ -77,10 +79,9 @@ func (t *addedTrie) longest(s string) (int, uint32) {
 // split calls text for each stretch without added tokens and token for each added token, in
 // order.
 func (t *addedTrie) split(s string, text func(string), token func(uint32)) {
-	root := t.nodes[0].next
 	start := 0
 	for i := 0; i < len(s); i++ {
-		if _, ok := root[s[i]]; !ok {
+		if !t.first[s[i]] {
 			continue
 		}
 		n, id := t.longest(s[i:])

@@ -35,28 +35,49 @@ func (m *bpe) encodeWord(dst []uint32, w string) []uint32 {
 	return m.mergeHeap(dst, w)
 }
 
-// mergeSmall applies the lowest-ranked merge, leftmost first, until none applies. Quadratic in
-// the word's length, and fastest for short words.
+// mergeSmall applies the lowest-ranked merge, leftmost first, until none applies. It keeps
+// each adjacent pair's merge in an array, so a merge looks up only the two pairs it changes;
+// finding the lowest is a scan, fastest for short words.
 func (m *bpe) mergeSmall(dst []uint32, w string) []uint32 {
 	var buf [64]uint32
+	var pbuf [64]merge
 	syms := buf[:len(w)]
 	for i := 0; i < len(w); i++ {
 		syms[i] = m.bytes[w[i]]
 	}
-	for len(syms) > 1 {
-		best, at := merge{rank: ^uint32(0)}, -1
-		for i := 0; i+1 < len(syms); i++ {
-			if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok && mg.rank < best.rank {
-				best, at = mg, i
+	none := merge{rank: ^uint32(0)}
+	pairs := pbuf[:len(w)-1]
+	for i := range pairs {
+		pairs[i] = m.pair(syms[i], syms[i+1], none)
+	}
+	for len(pairs) > 0 {
+		at := 0
+		for i := 1; i < len(pairs); i++ {
+			if pairs[i].rank < pairs[at].rank {
+				at = i
 			}
 		}
-		if at < 0 {
+		if pairs[at].rank == none.rank {
 			break
 		}
-		syms[at] = best.id
+		syms[at] = pairs[at].id
 		syms = append(syms[:at+1], syms[at+2:]...)
+		pairs = append(pairs[:at], pairs[at+1:]...)
+		if at > 0 {
+			pairs[at-1] = m.pair(syms[at-1], syms[at], none)
+		}
+		if at < len(pairs) {
+			pairs[at] = m.pair(syms[at], syms[at+1], none)
+		}
 	}
 	return append(dst, syms...)
+}
+
+func (m *bpe) pair(a, b uint32, none merge) merge {
+	if mg, ok := m.merges[pairKey(a, b)]; ok {
+		return mg
+	}
+	return none
 }
 
 // candidate is a merge that may apply at symbol pos; stale ones are skipped when popped.

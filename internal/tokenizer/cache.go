@@ -35,12 +35,10 @@ func newWordCache(entries int) *wordCache {
 	return c
 }
 
+// shard spreads words by their length and last byte: cheap, and enough to keep the shards'
+// locks apart.
 func (c *wordCache) shard(w string) *cacheShard {
-	h := uint32(2166136261)
-	for i := 0; i < len(w); i++ {
-		h = (h ^ uint32(w[i])) * 16777619
-	}
-	return &c.shards[h%cacheShards]
+	return &c.shards[(uint(len(w))*7+uint(w[len(w)-1]))%cacheShards]
 }
 
 func (c *wordCache) get(w string) ([]uint32, bool) {
