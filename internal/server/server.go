@@ -295,6 +295,7 @@ func (s *Server) MarkFinished(ctx context.Context, req *kvrouterv1.RequestRef) (
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
+	s.checkDrift(req.GetRequestId())
 	return s.marked(ctx, s.router.MarkFinished(req.GetRequestId()))
 }
 

@@ -32,6 +32,8 @@ type TextConfig struct {
 	Limits openai.Limits
 	// BlockSize is the router's block size, for Tokenize's block hashes.
 	BlockSize int
+	// Drift configures the check of routed text prompts against the engine (drift.go).
+	Drift DriftConfig
 }
 
 // textModels is what SetText installs; read-only afterwards.
@@ -39,6 +41,7 @@ type textModels struct {
 	models    map[string]*TextModel
 	limits    openai.Limits
 	blockSize int
+	drift     *driftTracker
 }
 
 // SetText enables Prompt.text and Prompt.openai_body for cfg's models. Call it before serving.
@@ -60,8 +63,46 @@ func (s *Server) SetText(cfg TextConfig) error {
 		}
 		t.models[m.Name] = m
 	}
+	d, err := newDriftTracker(cfg.Drift, s.reg, s.log)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	t.drift = d
 	s.text = t
 	return nil
+}
+
+// noteRouted records a routed text prompt for the drift check.
+func (s *Server) noteRouted(res *textResult, p *scoring.Prompt, requestID string, d *scoring.Decision) {
+	if res == nil || res.source != "local" || s.text == nil {
+		return
+	}
+	hashes := normalize.HashPrompt(normalize.Seed(p.LoRAName, p.CacheSalt), p.Tokens, s.text.blockSize, nil, nil)
+	w, _, ok := s.Registered(d.WorkerID)
+	hasEvents := ok && w.GetKvEventsEndpoint() != ""
+	s.text.drift.routed(p.Model, requestID, d.WorkerID, d.DPRank, hashes, hasEvents)
+}
+
+// checkDrift judges a finished request's pending drift check: how many of the router's blocks
+// does the worker it was routed to hold now?
+func (s *Server) checkDrift(requestID string) {
+	if s.text == nil {
+		return
+	}
+	c, ok := s.text.drift.take(requestID)
+	if !ok {
+		return
+	}
+	held := -1
+	if res, err := s.router.Score(&scoring.Prompt{Model: c.model, BlockHashes: c.hashes}); err == nil {
+		held = 0
+		for _, ws := range res.Scores {
+			if ws.WorkerID == c.worker && ws.DPRank == c.rank {
+				held = int(ws.Matched - ws.Predicted) // the engine's blocks, not the router's guesses
+			}
+		}
+	}
+	s.text.drift.verdict(c, held)
 }
 
 // textResult is a text prompt's tokens and what made them.
