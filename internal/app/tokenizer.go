@@ -1,21 +1,25 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/enginetok"
 	"github.com/kvrouter/kvrouter/internal/server"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // ModelConfig names a model's tokenizer files: a directory with its tokenizer.json and, for
-// chat bodies, tokenizer_config.json (chat_template) or chat_template.jinja.
+// chat bodies, tokenizer_config.json (chat_template) or chat_template.jinja. Or, instead,
+// TokenizerEndpoint: an engine's base URL whose POST /tokenize (vLLM's) tokenizes.
 type ModelConfig struct {
-	Name      string `yaml:"name"`
-	Tokenizer string `yaml:"tokenizer"`
+	Name              string `yaml:"name"`
+	Tokenizer         string `yaml:"tokenizer"`
+	TokenizerEndpoint string `yaml:"tokenizer_endpoint"`
 }
 
 // ModelConfigs are the models whose prompts may come as text or OpenAI bodies.
@@ -40,8 +44,8 @@ func (m ModelConfigs) Validate() error {
 		switch {
 		case c.Name == "":
 			return fmt.Errorf("config: models[%d].name is empty", i)
-		case c.Tokenizer == "":
-			return fmt.Errorf("config: models[%d] (%s): tokenizer is empty: want the directory of its tokenizer.json", i, c.Name)
+		case (c.Tokenizer == "") == (c.TokenizerEndpoint == ""):
+			return fmt.Errorf("config: models[%d] (%s): set one of tokenizer (the directory of its tokenizer.json) and tokenizer_endpoint (an engine's URL)", i, c.Name)
 		case seen[c.Name]:
 			return fmt.Errorf("config: models[%d]: model %q is listed twice", i, c.Name)
 		}
@@ -56,6 +60,15 @@ func tokenizerModule(a *App) error {
 	cfg := a.Config()
 	models := make([]server.TextModel, 0, len(cfg.Models))
 	for _, mc := range cfg.Models {
+		if mc.TokenizerEndpoint != "" {
+			m, err := engineModel(mc)
+			if err != nil {
+				return err
+			}
+			a.Logger().Info("tokenizer checked", "model", mc.Name, "engine", m.Engine.Name())
+			models = append(models, m)
+			continue
+		}
 		m, err := loadModel(mc)
 		if err != nil {
 			return err
@@ -80,4 +93,16 @@ func loadModel(mc ModelConfig) (server.TextModel, error) {
 		return server.TextModel{}, fmt.Errorf("model %s: %w", mc.Name, err)
 	}
 	return server.TextModel{Name: mc.Name, Tokenizer: tk, Template: tm}, nil
+}
+
+// engineModel checks that the engine's /tokenize answers (a 404 stops the start).
+func engineModel(mc ModelConfig) (server.TextModel, error) {
+	cl, err := enginetok.New(enginetok.Config{Endpoint: mc.TokenizerEndpoint, Model: mc.Name})
+	if err != nil {
+		return server.TextModel{}, fmt.Errorf("model %s: %w", mc.Name, err)
+	}
+	if err := cl.Check(context.Background()); err != nil {
+		return server.TextModel{}, fmt.Errorf("model %s: %w", mc.Name, err)
+	}
+	return server.TextModel{Name: mc.Name, Engine: cl}, nil
 }

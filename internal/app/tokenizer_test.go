@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/enginetok"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
@@ -59,7 +62,7 @@ func TestModelConfig(t *testing.T) {
 	if err := fs.Parse([]string{"--model", "llama=/models/llama"}); err != nil {
 		t.Fatal(err)
 	}
-	want := ModelConfigs{{"qwen", "/models/qwen"}, {"llama", "/models/llama"}}
+	want := ModelConfigs{{Name: "qwen", Tokenizer: "/models/qwen"}, {Name: "llama", Tokenizer: "/models/llama"}}
 	if len(cfg.Models) != 2 || cfg.Models[0] != want[0] || cfg.Models[1] != want[1] {
 		t.Fatalf("models %v, want %v", cfg.Models, want)
 	}
@@ -129,5 +132,14 @@ func TestAppTokenizer(t *testing.T) {
 	cfg3.Models = ModelConfigs{{Name: "x", Tokenizer: tmplDir}}
 	if _, err = New(cfg3); err == nil || !strings.Contains(err.Error(), "chat_template.jinja") {
 		t.Fatalf("New with an unrenderable template: %v", err)
+	}
+
+	// An engine whose /tokenize answers 404 stops the start.
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	cfg4, _ := testConfig(t)
+	cfg4.Models = ModelConfigs{{Name: "x", TokenizerEndpoint: notFound.URL}}
+	if _, err = New(cfg4); !errors.Is(err, enginetok.ErrEngine) || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("New with an engine answering 404: %v", err)
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/enginetok"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/openai"
 	"github.com/kvrouter/kvrouter/internal/scoring"
@@ -18,11 +20,12 @@ import (
 )
 
 // TextModel is a model whose prompts may come as text or OpenAI bodies: its tokenizer and, for
-// chat bodies, its chat template (nil refuses them).
+// chat bodies, its chat template (nil refuses them); or, instead of both, the engine's /tokenize.
 type TextModel struct {
 	Name      string
 	Tokenizer *tokenizer.Tokenizer
 	Template  *chattemplate.Template
+	Engine    *enginetok.Client
 }
 
 // TextConfig configures text prompts.
@@ -42,6 +45,7 @@ type textModels struct {
 	limits    openai.Limits
 	blockSize int
 	drift     *driftTracker
+	engineErr *prometheus.CounterVec
 }
 
 // SetText enables Prompt.text and Prompt.openai_body for cfg's models. Call it before serving.
@@ -55,8 +59,8 @@ func (s *Server) SetText(cfg TextConfig) error {
 	t := &textModels{models: make(map[string]*TextModel, len(cfg.Models)), limits: cfg.Limits, blockSize: cfg.BlockSize}
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
-		if m.Name == "" || m.Tokenizer == nil {
-			return fmt.Errorf("server: text model %d needs a name and a tokenizer", i)
+		if m.Name == "" || (m.Tokenizer == nil) == (m.Engine == nil) {
+			return fmt.Errorf("server: text model %d needs a name and either a tokenizer or an engine", i)
 		}
 		if _, dup := t.models[m.Name]; dup {
 			return fmt.Errorf("server: text model %q configured twice", m.Name)
@@ -68,6 +72,15 @@ func (s *Server) SetText(cfg TextConfig) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	t.drift = d
+	t.engineErr = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvrouter_tokenizer_engine_errors_total",
+		Help: "Prompts the engine's /tokenize failed to tokenize (refused, unreachable, timed out), by model; each failed its call.",
+	}, []string{"model"})
+	if s.reg != nil {
+		if err := s.reg.Register(t.engineErr); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
 	s.text = t
 	return nil
 }
@@ -170,6 +183,13 @@ func (s *Server) tokenizeText(p *kvrouterv1.Prompt) (*textResult, error) {
 	if n := len(p.GetText()); n > s.text.limits.MaxBodyBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "prompt.text has %d bytes, over the limit of %d", n, s.text.limits.MaxBodyBytes)
 	}
+	if m.Engine != nil {
+		ids, err := m.Engine.Text(context.Background(), p.GetText(), true)
+		if err != nil {
+			return nil, s.engineFailed(m, err)
+		}
+		return &textResult{model: m.Name, cacheSalt: p.GetCacheSalt(), tokens: ids, source: "engine"}, nil
+	}
 	ids, err := m.Tokenizer.Encode(p.GetText(), true)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "prompt.text: %v", err)
@@ -205,6 +225,9 @@ func (s *Server) tokenizeBody(p *kvrouterv1.Prompt) (*textResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.Engine != nil {
+		return s.engineBody(m, req, res)
+	}
 	text, addSpecial := req.Prompt, true
 	if req.Kind == openai.Chat {
 		if m.Template == nil {
@@ -229,6 +252,28 @@ func (s *Server) tokenizeBody(p *kvrouterv1.Prompt) (*textResult, error) {
 	}
 	res.source = "local"
 	return res, nil
+}
+
+// engineBody asks the engine to tokenize a body.
+func (s *Server) engineBody(m *TextModel, req *openai.Request, res *textResult) (*textResult, error) {
+	var err error
+	if req.Kind == openai.Chat {
+		res.tokens, err = m.Engine.Chat(context.Background(), req)
+	} else {
+		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+		res.tokens, err = m.Engine.Text(context.Background(), req.Prompt, addSpecial)
+	}
+	if err != nil {
+		return nil, s.engineFailed(m, err)
+	}
+	res.source = "engine"
+	return res, nil
+}
+
+// engineFailed counts a failed engine call and returns it as Unavailable.
+func (s *Server) engineFailed(m *TextModel, err error) error {
+	s.text.engineErr.WithLabelValues(m.Name).Inc()
+	return status.Errorf(codes.Unavailable, "model %q: %v", m.Name, err)
 }
 
 // Tokenize shows what the router would hash for a prompt.
