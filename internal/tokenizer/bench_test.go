@@ -102,3 +102,58 @@ func writePrompts(b *testing.B, path string, prompts []string) {
 		b.Fatal(err)
 	}
 }
+
+// conversations renders a conversation-shaped trace in ChatML (Qwen3's format): each request is
+// the conversation so far plus a new user turn, as a multi-turn chat sends it.
+func conversations(texts []string, convs, turns int) []string {
+	var out []string
+	k := 0
+	next := func() string {
+		var sb strings.Builder
+		for sb.Len() < 600 {
+			sb.WriteString(texts[k%len(texts)])
+			k += 13
+		}
+		return sb.String()
+	}
+	for c := 0; c < convs; c++ {
+		var sb strings.Builder
+		sb.WriteString("<|im_start|>system\nYou are a helpful assistant. " + next() + "<|im_end|>\n")
+		for t := 0; t < turns; t++ {
+			sb.WriteString("<|im_start|>user\n" + next() + "<|im_end|>\n")
+			out = append(out, sb.String()+"<|im_start|>assistant\n")
+			sb.WriteString("<|im_start|>assistant\n" + next() + "<|im_end|>\n")
+		}
+	}
+	return out
+}
+
+// BenchmarkEncodeChat encodes a conversation-shaped trace (8 conversations of 8 turns, each
+// request the whole conversation so far) with the segment cache off and on, and reports its hit
+// rate: earlier turns are segments seen before.
+func BenchmarkEncodeChat(b *testing.B) {
+	tk := loadModel(b, "qwen3")
+	reqs := conversations(benchTexts(b, "docs", "qwen3"), 8, 8)
+	var bytes int64
+	for _, r := range reqs {
+		bytes += int64(len(r))
+	}
+	for _, mode := range []string{"segments-off", "segments-on"} {
+		b.Run(mode, func(b *testing.B) {
+			b.SetBytes(bytes / int64(len(reqs)))
+			for i := 0; i < b.N; i++ {
+				if i%len(reqs) == 0 { // each pass over the trace starts cold
+					tk.cache = newWordCache(defaultCacheEntries)
+					tk.segs = newSegmentCache(map[string]int{"segments-off": 0, "segments-on": defaultSegmentBytes}[mode])
+				}
+				if _, err := tk.Encode(reqs[i%len(reqs)], false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			h, m := tk.SegmentCacheStats()
+			b.ReportMetric(float64(h)/float64(max(h+m, 1)), "segment-hit-rate")
+			h, m = tk.CacheStats()
+			b.ReportMetric(float64(h)/float64(max(h+m, 1)), "word-hit-rate")
+		})
+	}
+}

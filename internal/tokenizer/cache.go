@@ -72,3 +72,75 @@ func (c *wordCache) put(w string, ids []uint32) {
 }
 
 func (c *wordCache) stats() (hits, misses uint64) { return c.hits.Load(), c.misses.Load() }
+
+// Segment cache bounds: a segment is the text between two added tokens (a chat turn between
+// <|im_start|> and <|im_end|>); short ones are left to the word cache.
+const (
+	minSegmentBytes     = 64
+	defaultSegmentBytes = 64 << 20
+)
+
+// segmentCache maps segments to their ids. It is exact: added tokens are split out before
+// normalization and pre-tokenization, so a segment's ids do not depend on what surrounds it, and
+// the earlier turns of a conversation are not tokenized again. Each shard holds at most its share
+// of the byte budget (text plus ids) and is emptied when full.
+type segmentCache struct {
+	shards       [cacheShards]segmentShard
+	perShard     int
+	hits, misses atomic.Uint64
+}
+
+type segmentShard struct {
+	mu    sync.RWMutex
+	m     map[string][]uint32
+	bytes int
+}
+
+func newSegmentCache(budget int) *segmentCache {
+	c := &segmentCache{perShard: budget / cacheShards}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]uint32)
+	}
+	return c
+}
+
+func (c *segmentCache) shard(s string) *segmentShard {
+	return &c.shards[(uint(len(s))*31+uint(s[len(s)/2])*7+uint(s[len(s)-1]))%cacheShards]
+}
+
+func (c *segmentCache) get(s string) ([]uint32, bool) {
+	if len(s) < minSegmentBytes || 4*len(s) > c.perShard {
+		return nil, false
+	}
+	sh := c.shard(s)
+	sh.mu.RLock()
+	ids, ok := sh.m[s]
+	sh.mu.RUnlock()
+	if ok {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+	return ids, ok
+}
+
+func (c *segmentCache) put(s string, ids []uint32) {
+	if len(s) < minSegmentBytes || 4*len(s) > c.perShard {
+		return
+	}
+	size := len(s) + 4*len(ids)
+	cp := append([]uint32(nil), ids...)
+	sh := c.shard(s)
+	sh.mu.Lock()
+	if sh.bytes+size > c.perShard {
+		clear(sh.m)
+		sh.bytes = 0
+	}
+	if _, ok := sh.m[s]; !ok {
+		sh.m[strings.Clone(s)] = cp
+		sh.bytes += size
+	}
+	sh.mu.Unlock()
+}
+
+func (c *segmentCache) stats() (hits, misses uint64) { return c.hits.Load(), c.misses.Load() }

@@ -116,6 +116,7 @@ func Parse(name string, data []byte, cfgName string, cfg []byte) (*Tokenizer, er
 		}
 	}
 	t.cache = newWordCache(defaultCacheEntries)
+	t.segs = newSegmentCache(defaultSegmentBytes)
 	return t, nil
 }
 

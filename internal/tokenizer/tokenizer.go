@@ -22,6 +22,7 @@ type Tokenizer struct {
 	prefix []uint32
 	suffix []uint32
 	cache  *wordCache
+	segs   *segmentCache
 }
 
 // Encode returns the ids of text; with addSpecial, the post-processor's special tokens (BOS,
@@ -40,12 +41,23 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string, addSpecial bool) ([]
 		dst = append(dst, t.prefix...)
 	}
 	t.added.split(text,
-		func(s string) { dst = t.encodeText(dst, s) },
+		func(s string) { dst = t.encodeSegment(dst, s) },
 		func(id uint32) { dst = append(dst, id) })
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
 	return dst, nil
+}
+
+// encodeSegment encodes a stretch between added tokens, through the segment cache.
+func (t *Tokenizer) encodeSegment(dst []uint32, s string) []uint32 {
+	if ids, ok := t.segs.get(s); ok {
+		return append(dst, ids...)
+	}
+	n := len(dst)
+	dst = t.encodeText(dst, s)
+	t.segs.put(s, dst[n:])
+	return dst
 }
 
 // encodeText encodes a stretch without added tokens: normalize, pre-tokenize, BPE each word.
@@ -91,3 +103,7 @@ func (t *Tokenizer) Name() string { return t.name }
 
 // CacheStats reports the word cache's hits and misses since load.
 func (t *Tokenizer) CacheStats() (hits, misses uint64) { return t.cache.stats() }
+
+// SegmentCacheStats reports the segment cache's hits and misses since load (segments of at
+// least 64 bytes between added tokens).
+func (t *Tokenizer) SegmentCacheStats() (hits, misses uint64) { return t.segs.stats() }
