@@ -130,11 +130,11 @@ func (t *driftTracker) routed(model, requestID, worker string, rank uint32, hash
 	case requestID == "":
 		t.unchecked.WithLabelValues(model, uncheckedNoRequestID).Inc()
 		return
-	case len(hashes) == 0:
-		t.unchecked.WithLabelValues(model, uncheckedShort).Inc()
-		return
 	case !hasEvents:
 		t.unchecked.WithLabelValues(model, uncheckedNoEvents).Inc()
+		return
+	case len(hashes) == 0:
+		t.unchecked.WithLabelValues(model, uncheckedShort).Inc()
 		return
 	}
 	t.mu.Lock()

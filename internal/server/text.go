@@ -90,9 +90,12 @@ func (s *Server) noteRouted(res *textResult, p *scoring.Prompt, requestID string
 	if res == nil || res.source != "local" || s.text == nil {
 		return
 	}
-	hashes := normalize.HashPrompt(normalize.Seed(p.LoRAName, p.CacheSalt), p.Tokens, s.text.blockSize, nil, nil)
 	w, _, ok := s.Registered(d.WorkerID)
 	hasEvents := ok && w.GetKvEventsEndpoint() != ""
+	var hashes []uint64
+	if requestID != "" && hasEvents { // else counted unchecked without hashing
+		hashes = normalize.HashPrompt(normalize.Seed(p.LoRAName, p.CacheSalt), p.Tokens, s.text.blockSize, nil, nil)
+	}
 	s.text.drift.routed(p.Model, requestID, d.WorkerID, d.DPRank, hashes, hasEvents)
 }
 
