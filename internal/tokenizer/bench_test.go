@@ -79,6 +79,7 @@ func BenchmarkEncode(b *testing.B) {
 					b.SetBytes(bytes / int64(len(prompts)))
 					b.ReportAllocs()
 					tk.cache = newWordCache(defaultCacheEntries)
+					tk.segs = newSegmentCache(0) // a prompt is one segment: measure the encoder
 					for i := 0; i < b.N; i++ {
 						if mode == "cold" {
 							tk.cache = newWordCache(defaultCacheEntries)
