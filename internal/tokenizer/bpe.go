@@ -15,13 +15,14 @@ type bpe struct {
 	merges       map[uint64]merge
 	bytes        [256]uint32
 	ignoreMerges bool
+	maxLen       int // the longest vocab entry, in bytes: longer words skip the lookup
 }
 
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
 // encodeWord appends the ids of one pre-token.
 func (m *bpe) encodeWord(dst []uint32, w string) []uint32 {
-	if m.ignoreMerges {
+	if m.ignoreMerges && len(w) <= m.maxLen {
 		if id, ok := m.vocab[w]; ok {
 			return append(dst, id)
 		}

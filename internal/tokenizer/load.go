@@ -245,6 +245,7 @@ func parseModel(mj *modelJSON) (*bpe, error) {
 			return nil, fmt.Errorf("vocab entry %q outside the ByteLevel alphabet", s)
 		}
 		m.vocab[b] = id
+		m.maxLen = max(m.maxLen, len(b))
 	}
 	for b := 0; b < 256; b++ {
 		id, ok := m.vocab[string([]byte{byte(b)})]
