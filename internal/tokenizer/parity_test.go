@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -38,8 +39,26 @@ func readGz(t testing.TB, path string) []byte {
 	return b
 }
 
-// loadModel parses testdata/<model>'s gzipped tokenizer files.
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*Tokenizer{}
+)
+
+// loadModel parses testdata/<model>'s gzipped tokenizer files, once per test binary (a
+// Tokenizer is safe for concurrent use; benchmarks that swap its caches run after the tests).
 func loadModel(t testing.TB, model string) *Tokenizer {
+	t.Helper()
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if tk, ok := loaded[model]; ok {
+		return tk
+	}
+	tk := parseTestModel(t, model)
+	loaded[model] = tk
+	return tk
+}
+
+func parseTestModel(t testing.TB, model string) *Tokenizer {
 	t.Helper()
 	dir := filepath.Join("testdata", model)
 	tk, err := Parse(model+"/tokenizer.json", readGz(t, filepath.Join(dir, "tokenizer.json.gz")),
