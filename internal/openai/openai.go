@@ -101,6 +101,7 @@ type body struct {
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 	CacheSalt            json.RawMessage `json:"cache_salt"`
 	ChatTemplate         json.RawMessage `json:"chat_template"`
+	Documents            json.RawMessage `json:"documents"`
 }
 
 // Parse reads b within lim (which Validate has checked).
@@ -124,6 +125,9 @@ func Parse(b []byte, lim Limits) (*Request, error) {
 	}
 	if !isNull(raw.ChatTemplate) {
 		return nil, fieldErr("chat_template", "a request's own template is not supported; the model's is used")
+	}
+	if !isNull(raw.Documents) {
+		return nil, fieldErr("documents", "not supported: the template would render them")
 	}
 	hasPrompt, hasMessages := !isNull(raw.Prompt), !isNull(raw.Messages)
 	switch {

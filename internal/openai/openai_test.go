@@ -36,6 +36,7 @@ func TestParseRefusals(t *testing.T) {
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "chat_template": "{{x}}"}`, "chat_template"},
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`, "continue_final_message"},
 		{`{"model": "m", "prompt": "x", "cache_salt": 5}`, "cache_salt"},
+		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "documents": [{"text": "d"}]}`, "documents"},
 		{`{"model": "m", "prompt": "x", "pad": [[[[[[[[[1]]]]]]]]]}`, "body"},
 		{`{"model": "m", "prompt": "` + strings.Repeat("x", 5000) + `"}`, "body"},
 	} {
