@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode"
 
 	"github.com/ardanlabs/jinja"
 
@@ -36,6 +38,9 @@ type Input struct {
 	// Kwargs are chat_template_kwargs (for example Qwen3's enable_thinking); they override
 	// the other variables, as in transformers.
 	Kwargs *openai.Object
+	// ContinueFinalMessage ends the text at the last message's content, leaving it open for
+	// the model to continue (a prefill); it excludes AddGenerationPrompt.
+	ContinueFinalMessage bool
 }
 
 type configJSON struct {
@@ -178,8 +183,39 @@ func (t *Template) Render(in Input) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", t.name, err)
 	}
+	if in.ContinueFinalMessage {
+		return continueFinal(out, in)
+	}
 	return out, nil
 }
+
+// continueFinal cuts the rendered text after the last occurrence of the final message's content,
+// as transformers does (retrying with the content stripped, for templates that trim messages).
+func continueFinal(out string, in Input) (string, error) {
+	if in.AddGenerationPrompt {
+		return "", errors.New("continue_final_message and add_generation_prompt exclude each other")
+	}
+	if len(in.Messages) == 0 {
+		return "", errors.New("continue_final_message without messages")
+	}
+	final := ""
+	if m, ok := in.Messages[len(in.Messages)-1].(*openai.Object); ok {
+		c, _ := m.Get("content")
+		final, _ = c.(string)
+	}
+	if i := strings.LastIndex(out, final); i >= 0 {
+		return out[:i+len(final)], nil
+	}
+	final = strings.TrimFunc(final, pyIsSpace)
+	if i := strings.LastIndex(out, final); i >= 0 {
+		return out[:i+len(final)], nil
+	}
+	return "", errors.New("continue_final_message: the final message's content is not in the rendered text")
+}
+
+// pyIsSpace is Python's str.isspace, which str.strip uses: Go's unicode.IsSpace and the
+// separators U+001C to U+001F.
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
 
 // Name is the file the template came from.
 func (t *Template) Name() string { return t.name }

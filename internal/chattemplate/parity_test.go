@@ -43,6 +43,7 @@ type chatGolden struct {
 	Messages            json.RawMessage `json:"messages"`
 	Tools               json.RawMessage `json:"tools"`
 	AddGenerationPrompt bool            `json:"add_generation_prompt"`
+	ContinueFinal       bool            `json:"continue_final_message"`
 	Kwargs              json.RawMessage `json:"kwargs"`
 	Rendered            string          `json:"rendered"`
 	IDs                 []uint32        `json:"ids"`
@@ -64,7 +65,7 @@ func TestParityChat(t *testing.T) {
 			}
 			sc := bufio.NewScanner(bytes.NewReader(gunzip(t, filepath.Join(modelsDir, m, "chat_goldens.jsonl.gz"))))
 			sc.Buffer(nil, 1<<20)
-			n := 0
+			n, prefills := 0, 0
 			for sc.Scan() {
 				var g chatGolden
 				if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
@@ -77,13 +78,18 @@ func TestParityChat(t *testing.T) {
 				if g.Kwargs != nil {
 					body["chat_template_kwargs"] = g.Kwargs
 				}
+				if g.ContinueFinal {
+					body["continue_final_message"] = true
+					prefills++
+				}
 				b, _ := json.Marshal(body)
 				req, err := openai.Parse(b, openai.DefaultLimits())
 				if err != nil {
 					t.Fatal(err)
 				}
 				got, err := tmpl.Render(Input{Messages: req.Messages, Tools: req.Tools,
-					AddGenerationPrompt: *req.AddGenerationPrompt, Kwargs: req.ChatTemplateKwargs})
+					AddGenerationPrompt: *req.AddGenerationPrompt, Kwargs: req.ChatTemplateKwargs,
+					ContinueFinalMessage: req.ContinueFinalMessage})
 				if err != nil {
 					t.Fatalf("case %d: %v", n, err)
 				}
@@ -96,10 +102,10 @@ func TestParityChat(t *testing.T) {
 				}
 				n++
 			}
-			if n < 50 {
-				t.Fatalf("%d conversations, want at least 50", n)
+			if n < 50 || prefills == 0 {
+				t.Fatalf("%d conversations (%d continuing the final message), want at least 50 and some", n, prefills)
 			}
-			t.Logf("%s: %d conversations equal", m, n)
+			t.Logf("%s: %d conversations equal (%d continuing the final message)", m, n, prefills)
 		})
 	}
 }

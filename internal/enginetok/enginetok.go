@@ -93,6 +93,9 @@ func (c *Client) Chat(ctx context.Context, r *openai.Request) ([]uint32, error) 
 	if r.AddSpecialTokens != nil {
 		req["add_special_tokens"] = *r.AddSpecialTokens
 	}
+	if r.ContinueFinalMessage {
+		req["continue_final_message"] = true
+	}
 	if r.Tools != nil {
 		req["tools"] = r.Tools
 	}

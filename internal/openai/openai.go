@@ -176,8 +176,9 @@ func parseFlags(raw *body, r *Request) error {
 		if err := json.Unmarshal(raw.ContinueFinalMessage, &r.ContinueFinalMessage); err != nil {
 			return fieldErr("continue_final_message", "not a boolean")
 		}
-		if r.ContinueFinalMessage {
-			return fieldErr("continue_final_message", "true is not supported")
+		if r.ContinueFinalMessage && (r.AddGenerationPrompt == nil || *r.AddGenerationPrompt) {
+			// As the engine: the generation prompt defaults to true, and both cannot be.
+			return fieldErr("continue_final_message", "true needs add_generation_prompt false")
 		}
 	}
 	if !isNull(raw.ChatTemplateKwargs) {

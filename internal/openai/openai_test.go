@@ -35,6 +35,7 @@ func TestParseRefusals(t *testing.T) {
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []}`, "chat_template_kwargs"},
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "chat_template": "{{x}}"}`, "chat_template"},
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`, "continue_final_message"},
+		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": true}`, "continue_final_message"},
 		{`{"model": "m", "prompt": "x", "cache_salt": 5}`, "cache_salt"},
 		{`{"model": "m", "messages": [{"role": "user", "content": "x"}], "documents": [{"text": "d"}]}`, "documents"},
 		{`{"model": "m", "prompt": "x", "pad": [[[[[[[[[1]]]]]]]]]}`, "body"},

@@ -238,7 +238,7 @@ func (s *Server) tokenizeBody(p *kvrouterv1.Prompt) (*textResult, error) {
 		}
 		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 		text, err = m.Template.Render(chattemplate.Input{Messages: req.Messages, Tools: req.Tools,
-			AddGenerationPrompt: addGen, Kwargs: req.ChatTemplateKwargs})
+			AddGenerationPrompt: addGen, Kwargs: req.ChatTemplateKwargs, ContinueFinalMessage: req.ContinueFinalMessage})
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "prompt.openai_body: the chat template refused the messages: %v", err)
 		}

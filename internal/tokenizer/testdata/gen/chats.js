@@ -38,6 +38,12 @@ function conversations(model, count) {
         c.add_generation_prompt = true;
       }
     }
+    if (i % 10 === 9) {
+      // A prefill: the final assistant message is continued, not closed.
+      messages.push({ role: 'assistant', content: says[i % says.length] || 'Partial answer' });
+      c.add_generation_prompt = false;
+      c.continue_final_message = true;
+    }
     out.push(c);
   }
   return out;

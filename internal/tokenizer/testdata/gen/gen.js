@@ -72,7 +72,7 @@ async function main() {
     const convs = conversations(m, 80);
     const special = {};
     for (const k of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) if (cfg[k]) special[k] = cfg[k];
-    const renders = render(convs.map((c) => ({ template: cfg.chat_template, data: {
+    const renders = render(convs.map((c) => ({ template: cfg.chat_template, continue_final_message: !!c.continue_final_message, data: {
       ...special, messages: c.messages, add_generation_prompt: c.add_generation_prompt,
       ...(c.tools ? { tools: c.tools } : {}), ...(c.kwargs || {}) } })));
     const chats = [];

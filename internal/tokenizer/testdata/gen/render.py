@@ -33,5 +33,14 @@ for job in jobs:
     t = cache.get(job["template"])
     if t is None:
         t = cache[job["template"]] = env.from_string(job["template"])
-    out.append(t.render(**job["data"]))
+    rendered = t.render(**job["data"])
+    if job.get("continue_final_message"):
+        # transformers' apply_chat_template: end at the final message's content.
+        final = job["data"]["messages"][-1]["content"]
+        try:
+            rendered = rendered[: rendered.rindex(final) + len(final)]
+        except ValueError:
+            final = final.strip()
+            rendered = rendered[: rendered.rindex(final) + len(final)]
+    out.append(rendered)
 json.dump(out, sys.stdout, ensure_ascii=False)
