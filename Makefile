@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 FUZZTIME      ?= 10s
 BENCHTIME     ?= 1x
 
-.PHONY: all build run test bench bench-go fuzz lint proto tools clean
+.PHONY: all build run test bench bench-go fuzz lint proto tools clean goldens bench-tokenizer
 
 all: build
 
@@ -58,3 +58,17 @@ proto: tools
 
 clean:
 	rm -rf bin $(TOOLS)
+
+# Regenerates the tokenizer parity goldens (and the gzipped tokenizer files) with the Rust
+# tokenizers library under node (npm) and the chat templates with Python's Jinja2 (as transformers
+# renders them; pip install jinja2); the npm versions are pinned in the generator's package.json.
+goldens:
+	cd internal/tokenizer/testdata/gen && npm install --no-audit --no-fund && node gen.js
+
+# The tokenizer's MB/s (BenchmarkEncode) and, on the same prompts right after, the JavaScript
+# reference's and the Rust library's (node binding): compare ratios, the machine is shared.
+TOKBENCH ?= /tmp/kvrouter-tokbench
+bench-tokenizer:
+	mkdir -p $(TOKBENCH)
+	KVROUTER_BENCH_PROMPTS=$(TOKBENCH) $(GO) test -run '^$$' -bench Encode -benchmem -benchtime 64x ./internal/tokenizer/
+	cd internal/tokenizer/testdata/gen && npm install --no-audit --no-fund && KVROUTER_BENCH_PROMPTS=$(TOKBENCH) node bench.js

@@ -113,6 +113,7 @@ func TestFlagDefaults(t *testing.T) {
 		"max-request-id-bytes":      "256",
 		"max-active-requests":       "100000",
 		"max-workers":               "10000",
+		"model":                     "",
 		"nats-url":                  "",
 		"nats-creds":                "",
 		"nats-tls-ca":               "",

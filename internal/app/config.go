@@ -48,6 +48,8 @@ type Config struct {
 
 	// Workers are registered at start (source "config").
 	Workers []WorkerConfig `yaml:"workers"`
+	// Models are tokenized locally for text and OpenAI-body prompts (tokenizer.go).
+	Models ModelConfigs `yaml:"models"`
 
 	// Not configuration: what a caller that is not the binary hands over.
 
@@ -125,6 +127,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Persist.RegisterFlags(fs)
 	c.Cluster.RegisterFlags(fs)
 	c.EPP.RegisterFlags(fs)
+	c.Models.RegisterFlags(fs)
 }
 
 // ReadFile reads the YAML file at path over c; an unknown key is an error.
@@ -156,6 +159,9 @@ func (c *Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.Models.Validate(); err != nil {
+		return err
 	}
 	if len(c.Workers) > c.Scoring.MaxWorkers {
 		return fmt.Errorf("config: workers lists %d workers, over max_workers %d", len(c.Workers), c.Scoring.MaxWorkers)

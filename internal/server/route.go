@@ -101,13 +101,15 @@ func maxCandidates(req *kvrouterv1.RouteRequest) int {
 // route answers req, with d as the decision's memory (reused by a stream).
 func (s *Server) route(req *kvrouterv1.RouteRequest, d *scoring.Decision) (*kvrouterv1.RouteResponse, error) {
 	var p scoring.Prompt
-	if err := promptTo(&p, req.GetPrompt()); err != nil {
+	text, err := s.promptText(&p, req.GetPrompt())
+	if err != nil {
 		return nil, err
 	}
 	if err := s.router.RouteTo(d, &p, req.GetRequestId(), req.GetTemperature(), maxCandidates(req)); err != nil {
 		return nil, s.fail(err)
 	}
 	s.metrics.decision(d)
+	s.noteRouted(text, &p, req.GetRequestId(), d)
 	out := &kvrouterv1.RouteResponse{
 		WorkerId:      d.WorkerID,
 		DpRank:        d.DPRank,

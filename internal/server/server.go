@@ -91,6 +91,9 @@ type Server struct {
 
 	// onDecision sees every Route decision (decisionhook.go).
 	onDecision DecisionHook
+
+	// text tokenizes Prompt.text and Prompt.openai_body (text.go); nil refuses them.
+	text *textModels
 }
 
 // New returns a Server for cfg.
@@ -250,8 +253,8 @@ func promptTo(sp *scoring.Prompt, p *kvrouterv1.Prompt) error {
 
 // Score reports every worker/rank's prefix overlap with the prompt.
 func (s *Server) Score(_ context.Context, req *kvrouterv1.ScoreRequest) (*kvrouterv1.ScoreResponse, error) {
-	p, err := prompt(req.GetPrompt())
-	if err != nil {
+	p := new(scoring.Prompt)
+	if _, err := s.promptText(p, req.GetPrompt()); err != nil {
 		return nil, err
 	}
 	res, err := s.router.Score(p)
@@ -292,6 +295,7 @@ func (s *Server) MarkFinished(ctx context.Context, req *kvrouterv1.RequestRef) (
 	if req.GetRequestId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "request_id is empty")
 	}
+	s.checkDrift(req.GetRequestId())
 	return s.marked(ctx, s.router.MarkFinished(req.GetRequestId()))
 }
 
