@@ -1,6 +1,8 @@
 package docgen_test
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"io"
 	"net"
@@ -13,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/app"
 	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 	"github.com/kvrouter/kvrouter/internal/docgen"
+	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/ingest"
 	"github.com/kvrouter/kvrouter/internal/persist"
 	"github.com/kvrouter/kvrouter/internal/radix"
@@ -166,7 +170,14 @@ func routerMetrics(t *testing.T) []docgen.Metric {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if _, err := server.New(server.Config{Registerer: rec, Router: router, Ingest: m, Index: idx}); err != nil {
+	srv, err := server.New(server.Config{Registerer: rec, Router: router, Ingest: m, Index: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetText(server.TextConfig{BlockSize: 16}); err != nil { // the tokenization metrics
+		t.Fatal(err)
+	}
+	if _, err := epp.New(epp.Config{Router: idleRouter{}, Fleet: idleRouter{}, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := server.NewAuth(server.AuthConfig{Registerer: rec}); err != nil {
@@ -217,6 +228,23 @@ func routerMetrics(t *testing.T) []docgen.Metric {
 	}
 	return out
 }
+
+// idleRouter is the endpoint picker's router and fleet, never called:
+// the picker is built only for the metrics it registers.
+type idleRouter struct{}
+
+func (idleRouter) Ready() bool { return false }
+func (idleRouter) Route(context.Context, *kvrouterv1.RouteRequest) (*kvrouterv1.RouteResponse, error) {
+	return nil, errors.New("idle")
+}
+func (idleRouter) MarkPrefillDone(context.Context, *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return nil, errors.New("idle")
+}
+func (idleRouter) MarkFinished(context.Context, *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return nil, errors.New("idle")
+}
+func (idleRouter) Worker(string) *kvrouterv1.Worker { return nil }
+func (idleRouter) Workers() []*kvrouterv1.Worker    { return nil }
 
 // appMetrics builds an App, as cmd/router does (without running it), and
 // returns the families its registry gathers.
