@@ -54,8 +54,10 @@ func TestTimeCostScripts(t *testing.T) {
 					if d.HasArg("balance") {
 						d.ScanArgs(t, "balance", &balance)
 					}
+					rankRates := d.HasArg("rank-rates")
 					f = newFixture(t, func(c *Config) {
 						c.Policy, c.PrefillTokensPerSecond, c.DisablePrediction = PolicyTime, prior, !predict
+						c.RankRates = rankRates
 						c.BalanceFactor, c.DisableBalance = balance, balance == 0
 					})
 					return "ok"
@@ -251,7 +253,9 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 // others' timings come in.
 func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
 	// (The guard off: it would move a's prompts to b, as it should.)
-	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction, c.DisableBalance = PolicyTime, true, true })
+	f := newFixture(t, func(c *Config) {
+		c.Policy, c.DisablePrediction, c.DisableBalance, c.RankRates = PolicyTime, true, true, true
+	})
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)
