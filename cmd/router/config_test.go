@@ -132,6 +132,7 @@ func TestFlagDefaults(t *testing.T) {
 		"policy":                    "time",
 		"prefill-tokens-per-second": "10000",
 		"prefill-weight":            "2",
+		"rank-rates":                "false",
 		"registry-tokens-file":      "",
 		"request-ttl":               "5m0s",
 		"router-tokens-file":        "",

@@ -27,6 +27,20 @@ type Config struct {
 	// one timing). The default, 10,000, is the order of one current GPU
 	// prefilling a 7-8B model; a wrong prior costs only the first Routes.
 	PrefillTokensPerSecond float64
+	// RankRates makes PolicyTime learn each rank's own seconds per prefill
+	// token (shrunk toward its model's) instead of using its model's rate
+	// for every rank. Off by default: the rate is learned from busy
+	// intervals between MarkPrefillDone calls, which are a rank's service
+	// times only on an engine that prefills one request at a time. On an
+	// engine that batches (vLLM, SGLang) a rank's intervals measure its
+	// load as much as its speed: a lightly loaded rank's interval is a
+	// whole request's latency, step overhead and the batch's decode
+	// included, while a loaded rank's prefills finish back to back and
+	// share intervals, so identical ranks learn rates that differ with
+	// their load, the busiest looking the fastest, and the cost piles
+	// requests onto it. The model's rate averages over its ranks' loads.
+	// Turn it on for a fleet of unlike GPUs whose engines prefill serially.
+	RankRates bool
 	// PrefillWeight multiplies prefill blocks in PolicyBlocks' cost. DefaultConfig's
 	// weight is above 1 because on the Mooncake trace in bench/ 2.0 beat 1.0
 	// on hit rate and TTFT at every cache size measured, with the same

@@ -20,10 +20,14 @@ import (
 // into fresh memory. They must agree bit for bit: the shortcuts the Route
 // path takes must not change a cost, and so no choice.
 func TestCostsMatchReference(t *testing.T) {
-	for _, policy := range []Policy{PolicyTime, PolicyBlocks} {
-		t.Run(string(policy), func(t *testing.T) {
+	for _, v := range []struct {
+		name      string
+		policy    Policy
+		rankRates bool
+	}{{"time", PolicyTime, false}, {"time-rank-rates", PolicyTime, true}, {"blocks", PolicyBlocks, false}} {
+		t.Run(v.name, func(t *testing.T) {
 			f := newFixture(t, func(c *Config) {
-				c.Policy, c.PrefillWeight = policy, 2
+				c.Policy, c.PrefillWeight, c.RankRates = v.policy, 2, v.rankRates
 				c.MaxActivePrefillTokens = 3000 // some ranks busy now and then
 			})
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -213,6 +217,9 @@ func referenceTimeCosts(r *Router, ranks []*rank, s *scratch, now time.Time, can
 		a := (k*(st.wy-e.slope*st.wx) + e.pseudo*e.intercept) / (k*st.w + e.pseudo)
 		if a <= 0 {
 			a = (k*st.wy + e.pseudo*e.intercept) / (k*st.w + e.pseudo)
+		}
+		if !r.cfg.RankRates {
+			a = e.intercept // (every rank at its model's rate)
 		}
 		spt := a + e.slope*terms[i].decode
 		occupancy := 0.0

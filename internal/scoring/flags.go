@@ -25,6 +25,7 @@ type Options struct {
 
 	Policy                 string        `yaml:"policy"`
 	PrefillTokensPerSecond float64       `yaml:"prefill_tokens_per_second"`
+	RankRates              bool          `yaml:"rank_rates"`
 	PrefillWeight          float64       `yaml:"prefill_weight"`
 	BalanceFactor          float64       `yaml:"balance_factor"`
 	TierWeights            TierWeights   `yaml:"tier_weights"`
@@ -51,6 +52,7 @@ func DefaultOptions() Options {
 		MaxWorkers:             d.MaxWorkers,
 		Policy:                 string(d.Policy),
 		PrefillTokensPerSecond: d.PrefillTokensPerSecond,
+		RankRates:              d.RankRates,
 		PrefillWeight:          d.PrefillWeight,
 		BalanceFactor:          d.BalanceFactor,
 		TierWeights:            tierWeightsOf(*d.TierWeights),
@@ -73,6 +75,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxWorkers, "max-workers", o.MaxWorkers, "most registered workers")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "cost function: time (expected time to first token plus the prefill the choice costs later requests, learned online) or blocks (prefill-weight x prefill blocks + decode blocks)")
 	fs.Float64Var(&o.PrefillTokensPerSecond, "prefill-tokens-per-second", o.PrefillTokensPerSecond, "policy time: prior prefill throughput of a rank, until MarkPrefillDone timings replace it")
+	fs.BoolVar(&o.RankRates, "rank-rates", o.RankRates, "policy time: learn each worker's own prefill rate instead of the model's (only for engines that prefill one request at a time: a batching engine's timings measure its load, not its speed)")
 	fs.Float64Var(&o.PrefillWeight, "prefill-weight", o.PrefillWeight, "policy blocks: weight of prefill blocks in the cost")
 	fs.Float64Var(&o.BalanceFactor, "balance-factor", o.BalanceFactor, "bounded load: route only to workers whose recent routed context (prompt blocks routed to them, cached ones included, decayed over a window of routed requests) stays within this factor of the fleet's mean, plus the request; halfway to it for a worker holding none of the prompt (>= 1; 0: off)")
 	fs.Var(&o.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
@@ -132,6 +135,7 @@ func (o *Options) Config(index *radix.Index) Config {
 		MaxPromptTokens:        o.MaxPromptTokens,
 		Policy:                 Policy(o.Policy),
 		PrefillTokensPerSecond: o.PrefillTokensPerSecond,
+		RankRates:              o.RankRates,
 		PrefillWeight:          o.PrefillWeight,
 		BalanceFactor:          o.BalanceFactor,
 		DisableBalance:         o.BalanceFactor == 0,

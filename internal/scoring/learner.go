@@ -127,6 +127,9 @@ type fleetTiming struct {
 	ranks    int     // the model's ranks at the last Route
 	decay    *decayMemo
 	balance  balanceState // the bounded-load guard's (balance.go)
+	// rankRates: each rank's rate is its own, shrunk toward the model's
+	// (Config.RankRates); otherwise every rank's is the model's.
+	rankRates bool
 }
 
 // rankDecay is the weight left to a rank's samples after the fleet's
@@ -201,6 +204,7 @@ type rates struct {
 	reuse     float64 // expected future hits per stored block
 	seq       uint64  // the fleet's samples so far
 	ranks     int
+	rankRates bool       // fleetTiming.rankRates
 	decay     *decayMemo // rankDecay for ranks (nil: computed each time)
 	gen       uint64     // the learner's generation it was read at (timeCoster sets it; sptMemo)
 }
@@ -219,14 +223,17 @@ func ratesOf(f *fleetTiming, prior float64) rates {
 		b, a = 0, (s.wy+perSample*prior)/(s.w+perSample)
 	}
 	f.decay = f.decay.memoFor(f.ranks)
-	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks, decay: f.decay}
+	out := rates{slope: b, intercept: a, pseudo: priorSamples * perSample, queue: f.queue, seq: f.seq, ranks: f.ranks, rankRates: f.rankRates, decay: f.decay}
 	out.reuse = f.hits / (f.stores + 1) // (+1: no division by zero before the first store)
 	return out
 }
 
 // secondsPerToken is rk's expected prefill time per uncached token at its
-// current decode load.
+// current decode load: the model's rate, or with rankRates the rank's own.
 func (e *rates) secondsPerToken(rt *rankTiming, decode float64) float64 {
+	if !e.rankRates {
+		return e.intercept + e.slope*decode
+	}
 	s := &rt.stats
 	k := e.decay.decay(e.seq, rt.seq, e.ranks)
 	a := (k*(s.wy-e.slope*s.wx) + e.pseudo*e.intercept) / (k*s.w + e.pseudo)

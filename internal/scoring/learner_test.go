@@ -19,9 +19,10 @@ import (
 // TestTimeCostScripts runs PolicyTime through testdata/timecost/*.txt
 // (regenerate the expectations with -rewrite). Commands:
 //
-//	init [prior=TOKENS/S] [predict] [balance=C]
+//	init [prior=TOKENS/S] [predict] [balance=C] [rank-rates]
 //	                                   a fresh router with PolicyTime (prediction off unless
-//	                                   predict; the bounded-load guard's factor C, off without)
+//	                                   predict; the bounded-load guard's factor C, off without;
+//	                                   per-rank rates with rank-rates)
 //	worker id=W                        register worker W (model m, one rank)
 //	store id=W base=B tokens=N blocks=K
 //	                                   W's index holds the first K blocks of the prompt (B, N)
@@ -54,8 +55,10 @@ func TestTimeCostScripts(t *testing.T) {
 					if d.HasArg("balance") {
 						d.ScanArgs(t, "balance", &balance)
 					}
+					rankRates := d.HasArg("rank-rates")
 					f = newFixture(t, func(c *Config) {
 						c.Policy, c.PrefillTokensPerSecond, c.DisablePrediction = PolicyTime, prior, !predict
+						c.RankRates = rankRates
 						c.BalanceFactor, c.DisableBalance = balance, balance == 0
 					})
 					return "ok"
@@ -251,7 +254,9 @@ func TestTimePolicyKeepsThresholdsSamplingPredictions(t *testing.T) {
 // others' timings come in.
 func TestAvoidedRankForgetsAnOutlier(t *testing.T) {
 	// (The guard off: it would move a's prompts to b, as it should.)
-	f := newFixture(t, func(c *Config) { c.Policy, c.DisablePrediction, c.DisableBalance = PolicyTime, true, true })
+	f := newFixture(t, func(c *Config) {
+		c.Policy, c.DisablePrediction, c.DisableBalance, c.RankRates = PolicyTime, true, true, true
+	})
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)
@@ -367,4 +372,72 @@ func TestSecondsPerTokenMemo(t *testing.T) {
 	check("after a new rank", false)
 	route("")
 	check("after a Route past the new rank", true)
+}
+
+// TestBatchedPrefillsKeepTheModelRate is the reason the default costs every
+// rank at its model's rate. Two identical ranks prefill at the same speed,
+// but b batches: its prefills are routed together and finish together, so
+// the first sample takes the whole interval and the others none, while a's
+// prefills come one at a time and each takes a whole interval. Learned per
+// rank (RankRates), b looks several times faster than a, which would send
+// it more; by default both get the model's rate.
+func TestBatchedPrefillsKeepTheModelRate(t *testing.T) {
+	for _, rankRates := range []bool{false, true} {
+		f := newFixture(t, func(c *Config) {
+			c.Policy, c.DisablePrediction, c.DisableBalance, c.RankRates = PolicyTime, true, true, rankRates
+		})
+		f.addWorker("a", "m", 1)
+		f.addWorker("b", "m", 1)
+		pa, pb := tokens(1, 16*bs), tokens(100_000, 16*bs)
+		f.store("a", 0, pa, 15, kv.TierDevice)
+		f.store("b", 0, pb, 15, kv.TierDevice)
+		route := func(want string, p []uint32, id string) {
+			t.Helper()
+			if dec, err := f.r.Route(&Prompt{Model: "m", Tokens: p}, id, 0, 0); err != nil || dec.WorkerID != want {
+				t.Fatalf("route %s -> %+v, %v; want %s", id, dec, err, want)
+			}
+		}
+		done := func(ids ...string) {
+			t.Helper()
+			for _, id := range ids {
+				if err := f.r.MarkPrefillDone(id); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.r.MarkFinished(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for range 50 {
+			route("a", pa, "a1")
+			f.clock.advance(20 * time.Millisecond) // (one step: its fixed time over one block)
+			done("a1")
+			ids := []string{"b1", "b2", "b3", "b4"}
+			for _, id := range ids {
+				route("b", pb, id)
+			}
+			f.clock.advance(20 * time.Millisecond) // (one step of the same length, four blocks)
+			done(ids...)
+		}
+		ra, rb := rankRate(t, f, "a"), rankRate(t, f, "b")
+		t.Logf("rank rates %v: a %.0f tokens/s, b %.0f", rankRates, ra, rb)
+		if rankRates && rb < 2*ra {
+			t.Errorf("rank rates: a %.0f tokens/s, b %.0f; want b's batches to look at least twice as fast", ra, rb)
+		}
+		if !rankRates && ra != rb {
+			t.Errorf("model rate: a %.0f tokens/s, b %.0f; want both the model's", ra, rb)
+		}
+	}
+}
+
+// rankRate is worker id's prefill tokens per second as Loads reports it.
+func rankRate(t *testing.T, f *fixture, id string) float64 {
+	t.Helper()
+	for _, l := range f.r.Loads() {
+		if l.WorkerID == id {
+			return l.PrefillTokensPerSecond
+		}
+	}
+	t.Fatalf("no load for %s", id)
+	return 0
 }

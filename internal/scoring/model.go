@@ -28,8 +28,8 @@ type model struct {
 	overlay *overlay
 }
 
-func newModel(name string) *model {
-	return &model{name: name, gen: 1, overlay: newOverlay()}
+func newModel(name string, rankRates bool) *model {
+	return &model{name: name, gen: 1, overlay: newOverlay(), fleet: fleetTiming{rankRates: rankRates}}
 }
 
 // modelFor returns name's state, created on its first worker. The caller
@@ -37,7 +37,7 @@ func newModel(name string) *model {
 func (r *Router) modelFor(name string) *model {
 	m, ok := r.states[name]
 	if !ok {
-		m = newModel(name)
+		m = newModel(name, r.cfg.RankRates)
 		r.states[name] = m
 	}
 	return m

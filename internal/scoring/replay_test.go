@@ -23,6 +23,11 @@ import (
 //
 //	replay seed=<n> models=<n> workers=<n> dp=<n> ops=<n> [policy=time|blocks]
 //	       [temperature=<f>] [busy-prefill=<tokens>] [balance=<c>] [approximate]
+//	       [rank-rates]
+//
+// The time policy's scenarios recorded before Config.RankRates existed
+// learned per-rank rates; they carry rank-rates so their decisions are
+// still checked against that recording.
 func TestReplay(t *testing.T) {
 	datadriven.RunTest(t, "testdata/replay/replay", func(t *testing.T, d *datadriven.TestData) string {
 		if d.Cmd != "replay" {
@@ -40,6 +45,7 @@ func TestReplay(t *testing.T) {
 		d.MaybeScanArgs(t, "busy-prefill", &sc.busyPrefill)
 		d.MaybeScanArgs(t, "balance", &sc.balance)
 		sc.approximate = d.HasArg("approximate")
+		sc.rankRates = d.HasArg("rank-rates")
 		return sc.run(t)
 	})
 }
@@ -49,13 +55,14 @@ type replayScenario struct {
 	policy                         string
 	temperature, balance           float64
 	busyPrefill                    int
-	approximate                    bool
+	approximate, rankRates         bool
 }
 
 func (sc *replayScenario) run(t *testing.T) string {
 	f := newFixture(t, func(c *Config) {
 		c.Policy = Policy(sc.policy)
 		c.MaxActivePrefillTokens = int64(sc.busyPrefill)
+		c.RankRates = sc.rankRates
 		if sc.balance > 0 {
 			c.BalanceFactor = sc.balance
 		}
