@@ -44,6 +44,9 @@ type Config struct {
 	Persist persist.Options      `yaml:",inline"`
 	Cluster cluster.Options      `yaml:",inline"`
 
+	// Discovery registers engines found in Kubernetes or DNS.
+	Discovery DiscoveryConfig `yaml:"discovery"`
+
 	// Workers are registered at start (source "config").
 	Workers []WorkerConfig `yaml:"workers"`
 
@@ -94,6 +97,7 @@ func DefaultConfig() Config {
 		Index:        radix.DefaultOptions(),
 		Persist:      persist.DefaultOptions(),
 		Cluster:      cluster.DefaultOptions(),
+		Discovery:    DefaultDiscoveryConfig(),
 	}
 }
 
@@ -113,6 +117,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Index.RegisterFlags(fs)
 	c.Persist.RegisterFlags(fs)
 	c.Cluster.RegisterFlags(fs)
+	c.Discovery.RegisterFlags(fs)
 }
 
 // ReadFile reads the YAML file at path over c; an unknown key is an error.
@@ -140,7 +145,7 @@ func (c *Config) Validate() error {
 	case c.CatchUpWait < 0:
 		return fmt.Errorf("config: catch_up_wait %v must be >= 0", c.CatchUpWait)
 	}
-	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster} {
+	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster, &c.Discovery} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
