@@ -300,7 +300,7 @@ func equalYAML(a, b any) bool {
 // Values the chart refuses, with a message naming them.
 func TestChartRefuses(t *testing.T) {
 	for values, want := range map[string]string{
-		"replicas: 2\n":                          "replicas > 1 needs nats.url",
+		"replicas: 2\n": "replicas > 1 needs nats.url",
 		"discovery: {kubernetes: {enabled: true}}": "discovery.kubernetes.enabled needs",
 		"discovery: {dns: {name: vllm}}":           "discovery.dns.name needs discovery.model",
 	} {
