@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Pod annotations (or labels, for model and dp-size) that describe an
@@ -98,7 +99,7 @@ func PodWorker(pod *corev1.Pod, d Defaults, pool *Pool) (*kvrouterv1.Worker, err
 		}
 	}
 	n := int(w.DpSize)
-	if err = a.int(AnnotationDPSize, true, &n, 1<<16); err != nil {
+	if err = a.int(AnnotationDPSize, true, &n, kv.MaxDPSize); err != nil {
 		return nil, err
 	}
 	bs := int(w.BlockSize)
