@@ -76,9 +76,10 @@ image:
 	  --build-arg VERSION=$(IMAGE_VERSION) --build-arg REVISION=$(IMAGE_REVISION) $(IMAGE_BUILD_FLAGS) .
 
 # A build stage made of the host's Go toolchain, for machines that reach no
-# container registry.
+# container registry; kept once made, so that the build's layers cache
+# (podman rmi localhost/kvrouter-gobuild:local after a Go upgrade).
 image-builder:
-	@set -e; c=$$(buildah from scratch); m=$$(buildah mount $$c); \
+	@set -e; if podman image exists localhost/kvrouter-gobuild:local; then exit 0; fi; c=$$(buildah from scratch); m=$$(buildah mount $$c); \
 	  mkdir -p $$m/usr/local $$m/etc/ssl/certs $$m/tmp; chmod 1777 $$m/tmp; \
 	  cp -a $$($(GO) env GOROOT) $$m/usr/local/go; \
 	  cp /etc/ssl/certs/ca-certificates.crt $$m/etc/ssl/certs/; \
