@@ -32,7 +32,7 @@ type Module func(a *App) error
 
 // modules are the features wired into every App, in this order, before
 // Config.Modules. A feature's file adds its Module here.
-func modules() []Module { return []Module{statusModule, tokenizerModule, eppModule} }
+func modules() []Module { return []Module{statusModule, tokenizerModule, eppModule, discoveryModule} }
 
 // Phase is a point of the start-up that hooks run at (see OnPhase).
 type Phase int

@@ -46,6 +46,9 @@ type Config struct {
 	Cluster cluster.Options      `yaml:",inline"`
 	EPP     epp.Options          `yaml:",inline"`
 
+	// Discovery registers engines found in Kubernetes or DNS.
+	Discovery DiscoveryConfig `yaml:"discovery"`
+
 	// Workers are registered at start (source "config").
 	Workers []WorkerConfig `yaml:"workers"`
 	// Models are tokenized locally for text and OpenAI-body prompts (tokenizer.go).
@@ -107,6 +110,7 @@ func DefaultConfig() Config {
 		Persist:      persist.DefaultOptions(),
 		Cluster:      cluster.DefaultOptions(),
 		EPP:          epp.DefaultOptions(),
+		Discovery:    DefaultDiscoveryConfig(),
 	}
 }
 
@@ -128,6 +132,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Cluster.RegisterFlags(fs)
 	c.EPP.RegisterFlags(fs)
 	c.Models.RegisterFlags(fs)
+	c.Discovery.RegisterFlags(fs)
 }
 
 // ReadFile reads the YAML file at path over c; an unknown key is an error.
@@ -155,7 +160,7 @@ func (c *Config) Validate() error {
 	case c.CatchUpWait < 0:
 		return fmt.Errorf("config: catch_up_wait %v must be >= 0", c.CatchUpWait)
 	}
-	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster, &c.EPP} {
+	for _, v := range []interface{ Validate() error }{&c.Access, &c.Scoring, &c.Ingest, &c.Index, &c.Persist, &c.Cluster, &c.EPP, &c.Discovery} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
