@@ -11,8 +11,7 @@ import (
 // pendingDocs are documents other changes in flight add, which these
 // documents already link to. PENDING: an entry whose file exists fails
 // TestDocLinks, so the list empties itself at merge.
-var pendingDocs = map[string]bool{
-}
+var pendingDocs = map[string]bool{}
 
 var (
 	linkRE    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
