@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
 // The client-go fake clientset stands in for an API server, which cannot
@@ -163,8 +166,17 @@ func TestKubeInferencePool(t *testing.T) {
 }
 
 func TestParsePool(t *testing.T) {
-	if _, err := ParsePool(inferencePool(8000, 8002)); !errors.Is(err, ErrPool) {
-		t.Fatalf("non-consecutive ports: %v; want ErrPool", err)
+	p, err := ParsePool(inferencePool(8000, 8002))
+	if err != nil {
+		t.Fatalf("non-consecutive ports: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vllm-0"}, Status: corev1.PodStatus{PodIP: "10.0.0.1"}}
+	w, err := PodWorker(pod, Defaults{Model: "m", Port: 8000, KVEventsPort: 5557}, p)
+	if err != nil || w.DpSize != 2 || !slices.Equal(w.RankEndpoints, []string{"10.0.0.1:8000", "10.0.0.1:8002"}) {
+		t.Fatalf("non-consecutive ports: %v %v; want rank_endpoints 8000 and 8002", w, err)
+	}
+	if err := fleet.Validate(w); err != nil {
+		t.Fatalf("the fleet refuses it: %v", err)
 	}
 	if _, err := ParsePool(inferencePool()); !errors.Is(err, ErrPool) {
 		t.Fatalf("no ports: %v; want ErrPool", err)

@@ -75,7 +75,8 @@ func PodReady(pod *corev1.Pod) bool {
 
 // PodWorker is the worker of a ready pod, its fields from the pod's
 // annotations over d. With pool set, the pool's target ports are the
-// ranks' serving ports (rank r at ports[r]), which must be consecutive.
+// ranks' serving ports (rank r at ports[r]; listed in rank_endpoints
+// unless they are consecutive).
 func PodWorker(pod *corev1.Pod, d Defaults, pool *Pool) (*kvrouterv1.Worker, error) {
 	a := podAnnotations{pod: pod}
 	w := &kvrouterv1.Worker{WorkerId: pod.Name, Model: d.Model, DpSize: d.DPSize, BlockSize: d.BlockSize, Topic: d.Topic}
@@ -108,9 +109,7 @@ func PodWorker(pod *corev1.Pod, d Defaults, pool *Pool) (*kvrouterv1.Worker, err
 	}
 	w.DpSize, w.BlockSize = uint32(max(n, 1)), uint32(bs)
 	if pool != nil {
-		if port, err = pool.rankPorts(); err != nil {
-			return nil, err
-		}
+		port = pool.TargetPorts[0]
 		w.DpSize = uint32(len(pool.TargetPorts))
 	}
 	if w.Model == "" {
@@ -118,6 +117,11 @@ func PodWorker(pod *corev1.Pod, d Defaults, pool *Pool) (*kvrouterv1.Worker, err
 	}
 	ip := pod.Status.PodIP
 	w.Endpoint = net.JoinHostPort(ip, strconv.Itoa(port))
+	if pool != nil && !pool.consecutive() {
+		for _, p := range pool.TargetPorts {
+			w.RankEndpoints = append(w.RankEndpoints, net.JoinHostPort(ip, strconv.Itoa(p)))
+		}
+	}
 	if events > 0 {
 		w.KvEventsEndpoint = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(events))
 		if replay < 0 {

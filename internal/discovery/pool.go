@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // InferencePoolGVR is the Gateway API Inference Extension's InferencePool,
@@ -55,8 +57,8 @@ func ParsePool(u *unstructured.Unstructured) (*Pool, error) {
 	if len(p.TargetPorts) == 0 {
 		return nil, fmt.Errorf("%w %s: spec.targetPorts is empty", ErrPool, p.Name)
 	}
-	if _, err := p.rankPorts(); err != nil {
-		return nil, err
+	if len(p.TargetPorts) > kv.MaxDPSize {
+		return nil, fmt.Errorf("%w %s: %d target ports, over the %d ranks a worker may have", ErrPool, p.Name, len(p.TargetPorts), kv.MaxDPSize)
 	}
 	return p, nil
 }
@@ -66,13 +68,14 @@ func (p *Pool) Selects(podLabels map[string]string) bool {
 	return labels.SelectorFromSet(p.MatchLabels).Matches(labels.Set(podLabels))
 }
 
-// rankPorts returns rank 0's port: a worker's ranks are at its port plus
-// the rank, so the pool's target ports must be consecutive.
-func (p *Pool) rankPorts() (int, error) {
+// consecutive reports whether the pool's target ports are rank 0's port
+// plus the rank, as a worker's endpoint implies; other ports are listed
+// rank by rank (Worker.rank_endpoints).
+func (p *Pool) consecutive() bool {
 	for i, port := range p.TargetPorts {
 		if port != p.TargetPorts[0]+i {
-			return 0, fmt.Errorf("%w %s: spec.targetPorts %v are not consecutive: rank r is served at the first port plus r", ErrPool, p.Name, p.TargetPorts)
+			return false
 		}
 	}
-	return p.TargetPorts[0], nil
+	return true
 }
