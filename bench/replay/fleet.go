@@ -30,7 +30,7 @@ type Fleet struct {
 	// Endpoints, if set, are the engines' HTTP fronts (host:port, engine
 	// i's at i), which Register registers them under instead of sim://<id>.
 	Endpoints []string
-	byID    map[string]int
+	byID      map[string]int
 }
 
 // StartFleet starts the engines on free loopback ports.
