@@ -58,6 +58,9 @@ type OpenAIConfig struct {
 	// DefaultMaxTokens is the output length when a body names none
 	// (default 16).
 	DefaultMaxTokens int
+	// MaxTokensLimit bounds the output length a body may ask for, and so
+	// the response's size (default 32768).
+	MaxTokensLimit int
 }
 
 // ErrNoTokenizer answers a text prompt or a chat on a front without one.
@@ -80,8 +83,12 @@ func NewOpenAIServer(cfg OpenAIConfig) (*OpenAIServer, error) {
 	if cfg.DefaultMaxTokens == 0 {
 		cfg.DefaultMaxTokens = 16
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.DefaultMaxTokens < 0 {
-		return nil, fmt.Errorf("engine: negative MaxBodyBytes %d or DefaultMaxTokens %d", cfg.MaxBodyBytes, cfg.DefaultMaxTokens)
+	if cfg.MaxTokensLimit == 0 {
+		cfg.MaxTokensLimit = 32768
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.DefaultMaxTokens < 0 || cfg.MaxTokensLimit < cfg.DefaultMaxTokens {
+		return nil, fmt.Errorf("engine: MaxBodyBytes %d, DefaultMaxTokens %d, MaxTokensLimit %d: want them >= 0 and the default within the limit",
+			cfg.MaxBodyBytes, cfg.DefaultMaxTokens, cfg.MaxTokensLimit)
 	}
 	return &OpenAIServer{cfg: cfg}, nil
 }

@@ -47,8 +47,8 @@ func (s *OpenAIServer) parse(w http.ResponseWriter, r *http.Request, chat bool) 
 			req.maxTokens = *m
 		}
 	}
-	if req.maxTokens < 1 {
-		return nil, http.StatusBadRequest, fmt.Errorf("max_tokens %d: want at least 1", req.maxTokens)
+	if req.maxTokens < 1 || req.maxTokens > s.cfg.MaxTokensLimit {
+		return nil, http.StatusBadRequest, fmt.Errorf("max_tokens %d: want 1 to %d", req.maxTokens, s.cfg.MaxTokensLimit)
 	}
 	if chat {
 		if len(req.Messages) == 0 {

@@ -104,6 +104,7 @@ func TestOpenAIFrontRequests(t *testing.T) {
 		{name: "malformed", path: "/v1/completions", body: `{"model":`, status: 400},
 		{name: "empty prompt", path: "/v1/completions", body: `{"model":"m","prompt":[]}`, status: 400},
 		{name: "zero max_tokens", path: "/v1/completions", body: `{"model":"m","prompt":[1],"max_tokens":0}`, status: 400},
+		{name: "max_tokens over the limit", path: "/v1/completions", body: `{"model":"m","prompt":[1],"max_tokens":1000000000}`, status: 400},
 		{name: "too large", path: "/v1/completions", body: `{"model":"m","prompt":[` + strings.Repeat("1,", 600) + `1]}`, status: 413},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -63,7 +63,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.pickerDown(w, r, body, err)
 		return
 	}
-	go body.read(r.Body, g.cfg.ChunkBytes, g.cfg.MaxBodyBytes, &requestSender{st: st, r: r})
+	go body.read(r.Body, g.cfg.ChunkBytes, g.cfg.MaxBodyBytes, &requestSender{st: st, r: r, abort: cancel})
 	first, err := recvWithin(ctx, st, g.cfg.PickTimeout)
 	if err != nil {
 		cancel() // ends the stream, so the body's sender stops sending
@@ -102,6 +102,14 @@ func recvWithin(ctx context.Context, st extprocv3.ExternalProcessor_ProcessClien
 func (g *Gateway) pickerDown(w http.ResponseWriter, r *http.Request, body *bodyCopy, cause error) {
 	if r.Context().Err() != nil {
 		return // the client left
+	}
+	select {
+	case <-body.done:
+		if body.tooLarge { // the stream was ended for it
+			writeError(w, http.StatusRequestEntityTooLarge, "request body over the gateway's limit")
+			return
+		}
+	default:
 	}
 	if !g.cfg.FailOpen {
 		g.c.failedClosed.Add(1)
@@ -166,7 +174,12 @@ func (b *bodyCopy) bytes() []byte {
 // read copies body in chunks; once the picker's stream fails it goes on
 // copying for fail-open. It closes b.done when the body has been read.
 func (b *bodyCopy) read(body io.Reader, chunk, limit int, s *requestSender) {
-	defer close(b.done)
+	defer func() {
+		close(b.done)
+		if b.tooLarge && s != nil {
+			s.abort() // the picker waits for a body end that will not come
+		}
+	}()
 	if s != nil {
 		if err := s.headers(); err != nil {
 			b.sendErr, s = err, nil

@@ -64,7 +64,7 @@ func (m *markRec) all() map[string][]string {
 // env is a router with its picker in process, two simulated engines behind
 // OpenAI fronts registered under their HTTP addresses, and the gateway.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	rt     *scoring.Router
 	marks  *markRec
 	gw     *gateway.Gateway
@@ -73,7 +73,13 @@ type env struct {
 	served chan int // the front that received each request
 }
 
-func newEnv(t *testing.T, pickerCfg func(*epp.Config), gwCfg func(*gateway.Config)) *env {
+func newEnv(t testing.TB, pickerCfg func(*epp.Config), gwCfg func(*gateway.Config)) *env {
+	return newEnvWith(t, nil, pickerCfg, gwCfg)
+}
+
+// newEnvWith is newEnv with each engine's backend made by backend (nil:
+// Timed, the engine's own timing).
+func newEnvWith(t testing.TB, backend func(*engine.Engine) engine.Backend, pickerCfg func(*epp.Config), gwCfg func(*gateway.Config)) *env {
 	t.Helper()
 	idx := radix.New(radix.Config{})
 	ing, err := ingest.New(ingest.Config{Index: idx, BlockSize: 16})
@@ -97,8 +103,11 @@ func newEnv(t *testing.T, pickerCfg func(*epp.Config), gwCfg func(*gateway.Confi
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { eng.Close() })
-		front, err := engine.NewOpenAIServer(engine.OpenAIConfig{Ranks: []engine.Backend{
-			&engine.Timed{Engine: eng, T0: time.Now(), SpeedUp: 100}}})
+		var b engine.Backend = &engine.Timed{Engine: eng, T0: time.Now(), SpeedUp: 100}
+		if backend != nil {
+			b = backend(eng)
+		}
+		front, err := engine.NewOpenAIServer(engine.OpenAIConfig{Ranks: []engine.Backend{b}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +150,7 @@ func newEnv(t *testing.T, pickerCfg func(*epp.Config), gwCfg func(*gateway.Confi
 	return e
 }
 
-func serve(t *testing.T, h http.Handler) string {
+func serve(t testing.TB, h http.Handler) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -364,5 +373,21 @@ func TestFailOpen(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 || closed.Stats().FailedClosed != 1 {
 		t.Fatalf("fail-closed: status %d, stats %+v", resp.StatusCode, closed.Stats())
+	}
+}
+
+// TestChunkedBodyOverGatewayLimit: a body with no content-length that
+// outgrows the gateway's buffer ends the picker's stream and is answered
+// 413 (with no pick timeout to fall back on).
+func TestChunkedBodyOverGatewayLimit(t *testing.T) {
+	e := newEnv(t, nil, func(c *gateway.Config) { c.MaxBodyBytes = 1024; c.PickTimeout = time.Hour })
+	body := io.MultiReader(strings.NewReader(completions("m", 1000, 1, true))) // not sized: sent chunked
+	resp, err := http.Post(e.url+"/v1/completions", "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 || len(e.served) != 0 {
+		t.Fatalf("status %d, %d requests served: want 413 and none", resp.StatusCode, len(e.served))
 	}
 }

@@ -20,8 +20,9 @@ const (
 // requestSender sends the request path of one stream, as Envoy does in
 // full duplex: headers, then every body chunk without waiting for answers.
 type requestSender struct {
-	st extprocv3.ExternalProcessor_ProcessClient
-	r  *http.Request
+	st    extprocv3.ExternalProcessor_ProcessClient
+	r     *http.Request
+	abort func() // ends the stream
 }
 
 // headerOnly reports a request with no body (headers carry end_of_stream).
