@@ -10,6 +10,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/gateway"
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -199,6 +200,8 @@ type PolicyResult struct {
 	LoadMsgsPerRoute  float64             `json:"nats_load_msgs_published_per_route,omitempty"`
 	LoadBytesPerRoute float64             `json:"nats_load_bytes_published_per_route,omitempty"`
 	Gateway           *GatewayStats       `json:"gateway,omitempty"`
+	// HTTPGateway is bench's HTTP gateway's totals (PolicyKVEPPHTTP).
+	HTTPGateway *gateway.Stats `json:"http_gateway,omitempty"`
 	// Split is the hit rate before and after the KillAt point; Failover what
 	// the kill did, in runs that killed a replica.
 	Split    *HitSplit `json:"split,omitempty"`
@@ -332,7 +335,7 @@ func (v variant) label() string {
 }
 
 func isRouterPolicy(p string) bool {
-	return p == PolicyKV || p == PolicyKVNoPredict || p == PolicyKVEPP
+	return p == PolicyKV || p == PolicyKVNoPredict || p == PolicyKVEPP || p == PolicyKVEPPHTTP
 }
 
 // variants lists the runs in order: every policy (each router policy once per

@@ -27,7 +27,10 @@ type FleetConfig struct {
 // Fleet is a set of running simulated engines.
 type Fleet struct {
 	Engines []*engine.Engine
-	byID    map[string]int
+	// Endpoints, if set, are the engines' HTTP fronts (host:port, engine
+	// i's at i), which Register registers them under instead of sim://<id>.
+	Endpoints []string
+	byID      map[string]int
 }
 
 // StartFleet starts the engines on free loopback ports.
@@ -75,11 +78,15 @@ func (f *Fleet) Close() {
 // waits (up to timeout) until each engine's publisher has a subscriber, so no
 // event published afterwards is lost to a slow join.
 func (f *Fleet) Register(ctx context.Context, reg kvrouterv1.RegistryClient, model string, timeout time.Duration) error {
-	for _, e := range f.Engines {
+	for i, e := range f.Engines {
+		ep := "sim://" + e.ID()
+		if i < len(f.Endpoints) {
+			ep = "http://" + f.Endpoints[i]
+		}
 		w := &kvrouterv1.Worker{
 			WorkerId:         e.ID(),
 			Model:            model,
-			Endpoint:         "sim://" + e.ID(),
+			Endpoint:         ep,
 			KvEventsEndpoint: e.Endpoint(), // where the engine bound: the router dials it
 			ReplayEndpoint:   e.ReplayEndpoint(),
 			DpSize:           1,

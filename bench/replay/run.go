@@ -134,6 +134,7 @@ type routerSide struct {
 	reps   *Replicas
 	gw     *Gateway
 	epp    *EPPGateway // PolicyKVEPP: requests go through the endpoint picker
+	http   *HTTPSide   // PolicyKVEPPHTTP: and through bench's HTTP gateway
 	nats   *NATS
 	tap    *NATSTap
 	logs   []*os.File
@@ -146,9 +147,9 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	if v.policy == PolicyKVNoPredict {
 		rc.Args = append(rc.Args, "--predict=false")
 	}
-	if v.policy == PolicyKVEPP {
+	if v.policy == PolicyKVEPP || v.policy == PolicyKVEPPHTTP {
 		if v.replicas > 0 {
-			return nil, fmt.Errorf("policy %s runs one router, not %d replicas", PolicyKVEPP, v.replicas)
+			return nil, fmt.Errorf("policy %s runs one router, not %d replicas", v.policy, v.replicas)
 		}
 		rc.EPP = true
 	}
@@ -179,11 +180,19 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 		if s.router, err = StartRouter(ctx, rc); err != nil {
 			return nil, err
 		}
+		if v.policy == PolicyKVEPPHTTP {
+			if s.http, err = StartHTTPSide(fleet, s.router.EPPAddr); err != nil {
+				return nil, err
+			}
+			fleet.Endpoints = s.http.Endpoints()
+		}
 		if err = fleet.Register(ctx, s.router.Registry, cfg.Model, 20*time.Second); err != nil {
 			return nil, err
 		}
 		s.choose, s.marks = RouterChooser(s.router.Router, fleet, cfg.Model), s.router.Router
-		if rc.EPP {
+		if s.http != nil {
+			s.choose, s.marks = s.http.Chooser(cfg.Model), s.http
+		} else if rc.EPP {
 			if s.epp, err = NewEPPGateway(s.router.EPPAddr); err != nil {
 				return nil, err
 			}
@@ -227,6 +236,9 @@ func (s *routerSide) close() {
 	}
 	if s.epp != nil {
 		s.epp.Close()
+	}
+	if s.http != nil {
+		s.http.Close()
 	}
 	if s.reps != nil {
 		s.reps.Stop()
@@ -344,6 +356,17 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	}
 	if res.EventsApplied, err = drainEventsApplied(ctx, s.registry(), model, published); err != nil {
 		return err
+	}
+	if s.http != nil {
+		st := s.http.GatewayStats()
+		res.HTTPGateway = &st
+	}
+	if s.epp != nil || s.http != nil {
+		// Only the picker's marks finish requests here: none may be left.
+		one := &Replicas{Routers: []*Router{s.router}}
+		if res.ActiveAfter, err = one.ActiveAfter(ctx, 3*time.Second); err != nil {
+			return err
+		}
 	}
 	if s.reps != nil {
 		// Every request was finished (on some replica): what a replica still
