@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Config configures an Engine.
@@ -63,6 +65,8 @@ type Config struct {
 	Step                StepModel
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
+	// Tokenizer encodes text prompts (Tokenize, ServeText); nil: token prompts only.
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // Model selects how an engine schedules and times requests.
