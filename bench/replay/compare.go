@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Policy names.
@@ -145,6 +146,11 @@ type CompareConfig struct {
 	// Requests at Engines x Capacity, computed by the caller (a sweep shares
 	// it between runs); zero computes it.
 	PooledCeiling float64
+	// Text, if set, replays prompts as text (text.go): Route gets Prompt.text(seq) and the
+	// engines, given Tokenizer, tokenize it themselves. The router must know Model's tokenizer
+	// (--model in Router.Args). One router called directly only.
+	Text      func(seq int) string
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // PolicyResult is one policy's figures.
@@ -303,6 +309,9 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 	rep.UnlimitedIDHit = trace.IDHitRate(cfg.Requests)
 	vs, err := cfg.variants()
 	if err != nil {
+		return rep, err
+	}
+	if err := cfg.checkText(); err != nil {
 		return rep, err
 	}
 	for _, v := range vs {

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/textgen"
+	"github.com/kvrouter/kvrouter/bench/trace"
+	"github.com/kvrouter/kvrouter/bench/tracegen"
+)
+
+const textTokenizerUsage = "send prompts as text made for this tokenizer: qwen3 or llama3 (the repository's committed files) or a directory with tokenizer.json (or .gz); empty: token ids"
+
+// loadLexicon resolves a --text-tokenizer argument; cleanup removes an ungzipped copy.
+func loadLexicon(arg string) (lex *textgen.Lexicon, dir string, cleanup func(), err error) {
+	dir, cleanup, err = textgen.Dir(arg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if lex, err = textgen.Load(dir); err != nil {
+		cleanup()
+		return nil, "", nil, fmt.Errorf("text tokenizer %s: %w", arg, err)
+	}
+	return lex, dir, cleanup, nil
+}
+
+// applyText makes a comparison send its requests as text: Route gets Prompt.text, the router
+// loads the tokenizer for the model (--model), and the engines tokenize the text themselves.
+func applyText(cfg *replay.CompareConfig, arg string) (cleanup func(), err error) {
+	lex, dir, cleanup, err := loadLexicon(arg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Model == "" {
+		cfg.Model = "bench-model"
+	}
+	reqs := cfg.Requests
+	cfg.Text = func(seq int) string { return lex.Text(reqs[seq]) }
+	cfg.Tokenizer = lex.Tokenizer()
+	cfg.Router.Args = append(cfg.Router.Args, "--model", cfg.Model+"="+dir)
+	return cleanup, nil
+}
+
+// writeTextTrace writes reqs as Mooncake JSONL with each request's prompt text added as "text".
+func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *textgen.Lexicon) error {
+	var w io.Writer = os.Stdout
+	if path != "-" && path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 1<<16)
+	var line bytes.Buffer
+	for i := range reqs {
+		line.Reset()
+		if err := tracegen.Write(&line, reqs[i:i+1]); err != nil {
+			return err
+		}
+		b := bytes.TrimSuffix(line.Bytes(), []byte("}\n"))
+		text, err := json.Marshal(lex.Text(trace.Request{
+			InputLength: reqs[i].InputLength, HashIDs: reqs[i].HashIDs, BlockTokens: blockTokens}))
+		if err != nil {
+			return err
+		}
+		bw.Write(b)
+		bw.WriteString(`, "text": `)
+		bw.Write(text)
+		bw.WriteString("}\n")
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if f, ok := w.(*os.File); ok && f != os.Stdout {
+		return f.Close()
+	}
+	return nil
+}

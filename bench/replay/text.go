@@ -1,0 +1,61 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/engine"
+)
+
+// TextRouterChooser is RouterChooser for text prompts: Route gets Prompt.text (text(seq)), which
+// the router tokenizes with the model's tokenizer (started with --model NAME=DIR).
+func TextRouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string, text func(seq int) string) ChooseFunc {
+	return func(ctx context.Context, seq int, _ []uint32, id string) (Choice, error) {
+		req := &kvrouterv1.RouteRequest{
+			Prompt:        &kvrouterv1.Prompt{Model: model, Text: text(seq)},
+			RequestId:     id,
+			MaxCandidates: 1,
+		}
+		t0 := time.Now()
+		resp, err := rc.Route(ctx, req)
+		lat := time.Since(t0)
+		if err != nil {
+			return Choice{}, fmt.Errorf("route text: %w", err)
+		}
+		return routeChoice(f, resp, lat)
+	}
+}
+
+// tokenizeJob has the chosen engine tokenize a text job. A failure drops the request, counted.
+func tokenizeJob(j *job, e *engine.Engine, dropped *atomic.Int64, note func(error)) bool {
+	toks, err := e.Tokenize(j.text)
+	if err != nil {
+		dropped.Add(1)
+		note(fmt.Errorf("request %s: %w", j.id, err))
+		return false
+	}
+	j.tokens = toks
+	return true
+}
+
+// ErrTextMode is returned for a text comparison the text path does not support.
+var ErrTextMode = errors.New("text prompts")
+
+// checkText refuses text comparisons that would not send text end to end.
+func (cfg *CompareConfig) checkText() error {
+	switch {
+	case cfg.Text == nil:
+		return nil
+	case cfg.Tokenizer == nil:
+		return fmt.Errorf("compare: %w need the engines' tokenizer", ErrTextMode)
+	case len(cfg.Replicas) > 0:
+		return fmt.Errorf("compare: %w go to one router called directly, not through replicas", ErrTextMode)
+	case cfg.Router.EPP:
+		return fmt.Errorf("compare: %w are not sent through the endpoint picker", ErrTextMode)
+	}
+	return nil
+}
