@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/trace"
+)
+
+// genTextTrace runs kvbench gen --text-tokenizer qwen3 for a short chat trace and checks that
+// every line's text encodes, with the real tokenizer, to exactly the line's blocks' tokens.
+func genTextTrace(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "chat.jsonl")
+	if err := runGen([]string{"--shape", "chat", "--rate", "4", "--duration", "30s", "--block-tokens", "64",
+		"--chat-system-len", "const:256", "--chat-user-len", "const:100", "--warmup", "30s", "--summary=false",
+		"--text-tokenizer", "qwen3", "--out", path}); err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := trace.LoadBlocks(path, 0, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lex, _, cleanup, err := loadLexicon("qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	var texts []string
+	for sc.Scan() {
+		var l struct{ Text string }
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, l.Text)
+	}
+	if len(texts) != len(reqs) || len(reqs) < 20 {
+		t.Fatalf("%d texts for %d requests", len(texts), len(reqs))
+	}
+	for i, r := range reqs { // (Mooncake lines of equal timestamp keep their order)
+		ids, err := lex.Tokenizer().Encode(texts[i], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, lex.Tokens(r, nil)) {
+			t.Fatalf("line %d: text encodes to %d tokens that are not the blocks' %d", i+1, len(ids), r.InputLength)
+		}
+	}
+	return path
+}
+
+// TestCompareText replays one generated trace with token ids and as text (Route with
+// Prompt.text, engines tokenizing themselves). Round-robin's hit rate does not depend on the
+// router, so equal rates show the engines' own tokenization keeps every block of the trace;
+// kvrouter's matched blocks in text mode show the router's tokenization agrees with the engines'
+// (a tokenizer that differed in any token would match nothing).
+func TestCompareText(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts routers and engines for about 20 s")
+	}
+	path := genTextTrace(t)
+	bin := buildRouter(t)
+	results := map[string][]replay.PolicyResult{}
+	for _, mode := range []string{"ids", "text"} {
+		args := []string{"--trace", path, "--trace-block-tokens", "64", "--router-bin", bin,
+			"--policies", "kvrouter,round-robin", "--engines", "3", "--capacity", "512", "--speed-up", "15"}
+		if mode == "text" {
+			args = append(args, "--text-tokenizer", "qwen3")
+		}
+		run, err := parseCompare(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.cleanup != nil {
+			defer run.cleanup()
+		}
+		var progress bytes.Buffer
+		run.cfg.Progress, run.cfg.OutDir = &progress, t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
+		rep, err := replay.Compare(ctx, run.cfg)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", mode, err, progress.String())
+		}
+		var table bytes.Buffer
+		rep.WriteTable(&table)
+		t.Logf("%s:\n%s", mode, table.String())
+		results[mode] = rep.Results
+	}
+	ids, text := results["ids"], results["text"]
+	for i := range ids {
+		if ids[i].PromptBlocks != text[i].PromptBlocks {
+			t.Errorf("%s: %d prompt blocks as text, %d as ids", ids[i].Policy, text[i].PromptBlocks, ids[i].PromptBlocks)
+		}
+		if text[i].ChooseErrors != 0 || text[i].Dropped != 0 || text[i].MarkErrors != 0 {
+			t.Errorf("%s text: %d choose errors, %d dropped, %d mark errors: %s", text[i].Policy,
+				text[i].ChooseErrors, text[i].Dropped, text[i].MarkErrors, text[i].FirstError)
+		}
+	}
+	if ids[1].CachedBlocks != text[1].CachedBlocks {
+		t.Errorf("round-robin: %d cached blocks as text, %d as ids", text[1].CachedBlocks, ids[1].CachedBlocks)
+	}
+	if text[0].CachedBlocks == 0 || text[0].RouterHitRate == 0 {
+		t.Errorf("kvrouter text: %d cached blocks, router hit rate %v: the router's tokenization matched nothing",
+			text[0].CachedBlocks, text[0].RouterHitRate)
+	}
+}
