@@ -24,6 +24,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
@@ -67,6 +68,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Tokenizer encodes text prompts (Tokenize, ServeText); nil: token prompts only.
 	Tokenizer *tokenizer.Tokenizer
+	// ChatTemplate renders chat bodies (TokenizeBody); nil refuses them.
+	ChatTemplate *chattemplate.Template
 }
 
 // Model selects how an engine schedules and times requests.

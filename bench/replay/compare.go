@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
@@ -151,6 +152,9 @@ type CompareConfig struct {
 	// (--model in Router.Args). One router called directly only.
 	Text      func(seq int) string
 	Tokenizer *tokenizer.Tokenizer
+	// TextBody makes Text's strings OpenAI bodies; ChatTemplate renders chat ones on the engines.
+	TextBody     bool
+	ChatTemplate *chattemplate.Template
 }
 
 // PolicyResult is one policy's figures.

@@ -87,6 +87,8 @@ type PlayConfig struct {
 	// Text, if set, gives request seq's prompt as text (text.go): Choose gets nil tokens, and the
 	// chosen engine tokenizes the text itself, as a real engine does.
 	Text func(seq int) string
+	// Body makes Text's strings OpenAI request bodies (Prompt.openai_body).
+	Body bool
 }
 
 // Progress is a snapshot of a replay in flight.
@@ -310,7 +312,7 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 				noteErr(fmt.Errorf("choose request %d: %w", p.seq, cerr))
 				c = Choice{Engine: p.seq % n}
 			}
-			if p.j.text != "" && !tokenizeJob(&p.j, cfg.Fleet.Engines[c.Engine], &dropped, noteErr) {
+			if p.j.text != "" && !tokenizeJob(&p.j, cfg.Body, cfg.Fleet.Engines[c.Engine], &dropped, noteErr) {
 				continue
 			}
 			p.j.routed = c.Routed

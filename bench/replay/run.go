@@ -25,7 +25,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 			BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Capacity, Format: cfg.Format,
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken,
 			Model: cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
-			Tokenizer: cfg.Tokenizer,
+			Tokenizer: cfg.Tokenizer, ChatTemplate: cfg.ChatTemplate,
 		},
 	})
 	if err != nil {
@@ -56,7 +56,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	pc := PlayConfig{
 		Fleet: fleet, Requests: cfg.Requests, Choose: sp.wrap(choose), IDPrefix: v.policy + "-",
 		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
-		Text:  cfg.Text,
+		Text:  cfg.Text, Body: cfg.TextBody,
 	}
 	if side != nil {
 		pc.Router = side.marks
@@ -186,7 +186,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 		}
 		s.choose, s.marks = RouterChooser(s.router.Router, fleet, cfg.Model), s.router.Router
 		if cfg.Text != nil {
-			s.choose = TextRouterChooser(s.router.Router, fleet, cfg.Model, cfg.Text)
+			s.choose = TextRouterChooser(s.router.Router, fleet, cfg.Model, cfg.Text, cfg.TextBody)
 		}
 		if rc.EPP {
 			if s.epp, err = NewEPPGateway(s.router.EPPAddr); err != nil {

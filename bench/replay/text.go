@@ -11,15 +11,18 @@ import (
 	"github.com/kvrouter/kvrouter/bench/engine"
 )
 
-// TextRouterChooser is RouterChooser for text prompts: Route gets Prompt.text (text(seq)), which
-// the router tokenizes with the model's tokenizer (started with --model NAME=DIR).
-func TextRouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string, text func(seq int) string) ChooseFunc {
+// TextRouterChooser is RouterChooser for text prompts: Route gets Prompt.text (text(seq)), or
+// with body Prompt.openai_body, which the router tokenizes with the model's tokenizer (started
+// with --model NAME=DIR).
+func TextRouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string, text func(seq int) string, body bool) ChooseFunc {
 	return func(ctx context.Context, seq int, _ []uint32, id string) (Choice, error) {
-		req := &kvrouterv1.RouteRequest{
-			Prompt:        &kvrouterv1.Prompt{Model: model, Text: text(seq)},
-			RequestId:     id,
-			MaxCandidates: 1,
+		p := &kvrouterv1.Prompt{Model: model}
+		if body {
+			p.OpenaiBody = []byte(text(seq))
+		} else {
+			p.Text = text(seq)
 		}
+		req := &kvrouterv1.RouteRequest{Prompt: p, RequestId: id, MaxCandidates: 1}
 		t0 := time.Now()
 		resp, err := rc.Route(ctx, req)
 		lat := time.Since(t0)
@@ -31,8 +34,12 @@ func TextRouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string, text 
 }
 
 // tokenizeJob has the chosen engine tokenize a text job. A failure drops the request, counted.
-func tokenizeJob(j *job, e *engine.Engine, dropped *atomic.Int64, note func(error)) bool {
-	toks, err := e.Tokenize(j.text)
+func tokenizeJob(j *job, body bool, e *engine.Engine, dropped *atomic.Int64, note func(error)) bool {
+	tokenize := e.Tokenize
+	if body {
+		tokenize = func(b string) ([]uint32, error) { return e.TokenizeBody([]byte(b)) }
+	}
+	toks, err := tokenize(j.text)
 	if err != nil {
 		dropped.Add(1)
 		note(fmt.Errorf("request %s: %w", j.id, err))

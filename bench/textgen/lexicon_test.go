@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/bench/trace"
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/openai"
 )
 
 func loadLexicon(t *testing.T, name string) *Lexicon {
@@ -112,4 +114,60 @@ func firstDiff(a, b []uint32) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestChatBodyKeepsBlocks: a chat body of a request, rendered by the real Qwen3 chat template
+// and encoded as the engine does, holds the request's tokens contiguously after the template's
+// header, so every block of the trace stays a run of equal tokens.
+func TestChatBodyKeepsBlocks(t *testing.T) {
+	dir, cleanup, err := Dir("qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	l, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := chattemplate.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, r := range randomRequests(rng, 50, 32) {
+		body := l.Prompt(FormChat, "m", r)
+		req, err := openai.Parse(body, openai.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := tmpl.Render(chattemplate.Input{Messages: req.Messages, AddGenerationPrompt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Tokenizer().Encode(text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := l.Tokens(r, nil)
+		const header = 3 // <|im_start|> user \n
+		if len(got) < header+len(want) || !slices.Equal(got[header:header+len(want)], want) {
+			t.Fatalf("rendered chat %.60q... does not hold the request's %d tokens after the header", text, len(want))
+		}
+	}
+	for _, f := range []Form{FormText, FormCompletions} {
+		r := trace.Request{InputLength: 20, HashIDs: []uint64{1, 2}, BlockTokens: 16}
+		p := l.Prompt(f, "m", r)
+		if f == FormText && string(p) != l.Text(r) {
+			t.Fatal("text form is not the text")
+		}
+		if f == FormCompletions {
+			req, err := openai.Parse(p, openai.DefaultLimits())
+			if err != nil || req.Prompt != l.Text(r) || req.Model != "m" {
+				t.Fatalf("completions body %s: %v", p, err)
+			}
+		}
+	}
+	if _, err := ParseForm("html"); err == nil {
+		t.Fatal("unknown form accepted")
+	}
 }

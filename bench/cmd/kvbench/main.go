@@ -163,6 +163,7 @@ func parseCompare(args []string) (compareRun, error) {
 		sync      = syncModes{true}
 		tm        timeModel
 		textTok   = fs.String("text-tokenizer", "", textTokenizerUsage)
+		textForm  = fs.String("text-form", "text", "with --text-tokenizer: send Prompt.text (text) or Prompt.openai_body with a completions or chat body")
 	)
 	fs.Var(&sync, "sync", "with --replicas: true (cluster mode on an embedded NATS server), false (independent routers, the ablation) or both")
 	tm.bind(fs)
@@ -221,7 +222,7 @@ func parseCompare(args []string) (compareRun, error) {
 	}
 	run := compareRun{cfg: cfg, outDir: *outDir, trace: path}
 	if *textTok != "" {
-		if run.cleanup, err = applyText(&run.cfg, *textTok); err != nil {
+		if run.cleanup, err = applyText(&run.cfg, *textTok, *textForm); err != nil {
 			return compareRun{}, err
 		}
 	}

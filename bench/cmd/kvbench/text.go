@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/bench/textgen"
 	"github.com/kvrouter/kvrouter/bench/trace"
 	"github.com/kvrouter/kvrouter/bench/tracegen"
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 )
 
 const textTokenizerUsage = "send prompts as text made for this tokenizer: qwen3 or llama3 (the repository's committed files) or a directory with tokenizer.json (or .gz); empty: token ids"
@@ -29,25 +30,38 @@ func loadLexicon(arg string) (lex *textgen.Lexicon, dir string, cleanup func(), 
 	return lex, dir, cleanup, nil
 }
 
-// applyText makes a comparison send its requests as text: Route gets Prompt.text, the router
-// loads the tokenizer for the model (--model), and the engines tokenize the text themselves.
-func applyText(cfg *replay.CompareConfig, arg string) (cleanup func(), err error) {
+// applyText makes a comparison send its requests as text in form: Route gets Prompt.text or
+// Prompt.openai_body, the router loads the tokenizer for the model (--model), and the engines
+// tokenize the text (render the chat) themselves.
+func applyText(cfg *replay.CompareConfig, arg, form string) (cleanup func(), err error) {
+	f, err := textgen.ParseForm(form)
+	if err != nil {
+		return nil, err
+	}
 	lex, dir, cleanup, err := loadLexicon(arg)
 	if err != nil {
 		return nil, err
 	}
+	if f == textgen.FormChat {
+		if cfg.ChatTemplate, err = chattemplate.Load(dir); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("text tokenizer %s: %w", arg, err)
+		}
+	}
 	if cfg.Model == "" {
 		cfg.Model = "bench-model"
 	}
-	reqs := cfg.Requests
-	cfg.Text = func(seq int) string { return lex.Text(reqs[seq]) }
+	reqs, model := cfg.Requests, cfg.Model
+	cfg.Text = func(seq int) string { return string(lex.Prompt(f, model, reqs[seq])) }
+	cfg.TextBody = f.Body()
 	cfg.Tokenizer = lex.Tokenizer()
 	cfg.Router.Args = append(cfg.Router.Args, "--model", cfg.Model+"="+dir)
 	return cleanup, nil
 }
 
-// writeTextTrace writes reqs as Mooncake JSONL with each request's prompt text added as "text".
-func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *textgen.Lexicon) error {
+// writeTextTrace writes reqs as Mooncake JSONL with each request's prompt text added as "text",
+// and for a body form the OpenAI body for model as "openai_body" (a JSON object).
+func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *textgen.Lexicon, form textgen.Form, model string) error {
 	var w io.Writer = os.Stdout
 	if path != "-" && path != "" {
 		f, err := os.Create(path)
@@ -65,14 +79,19 @@ func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *
 			return err
 		}
 		b := bytes.TrimSuffix(line.Bytes(), []byte("}\n"))
-		text, err := json.Marshal(lex.Text(trace.Request{
-			InputLength: reqs[i].InputLength, HashIDs: reqs[i].HashIDs, BlockTokens: blockTokens}))
+		r := trace.Request{InputLength: reqs[i].InputLength, OutputLength: reqs[i].OutputLength,
+			HashIDs: reqs[i].HashIDs, BlockTokens: blockTokens}
+		text, err := json.Marshal(lex.Text(r))
 		if err != nil {
 			return err
 		}
 		bw.Write(b)
 		bw.WriteString(`, "text": `)
 		bw.Write(text)
+		if form.Body() {
+			bw.WriteString(`, "openai_body": `)
+			bw.Write(lex.Prompt(form, model, r))
+		}
 		bw.WriteString("}\n")
 	}
 	if err := bw.Flush(); err != nil {
