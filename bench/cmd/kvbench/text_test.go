@@ -68,7 +68,8 @@ func genTextTrace(t *testing.T) string {
 // Prompt.text, engines tokenizing themselves). Round-robin's hit rate does not depend on the
 // router, so equal rates show the engines' own tokenization keeps every block of the trace;
 // kvrouter's matched blocks in text mode show the router's tokenization agrees with the engines'
-// (a tokenizer that differed in any token would match nothing).
+// (a tokenizer that differed in any token would match nothing). The chat form (an OpenAI chat
+// body, rendered by the router and by the engines with Qwen3's template) must route too.
 func TestCompareText(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts routers and engines for about 20 s")
@@ -76,11 +77,11 @@ func TestCompareText(t *testing.T) {
 	path := genTextTrace(t)
 	bin := buildRouter(t)
 	results := map[string][]replay.PolicyResult{}
-	for _, mode := range []string{"ids", "text"} {
+	for _, mode := range []string{"ids", "text", "chat"} {
 		args := []string{"--trace", path, "--trace-block-tokens", "64", "--router-bin", bin,
 			"--policies", "kvrouter,round-robin", "--engines", "3", "--capacity", "512", "--speed-up", "15"}
-		if mode == "text" {
-			args = append(args, "--text-tokenizer", "qwen3")
+		if mode != "ids" {
+			args = append(args, "--text-tokenizer", "qwen3", "--text-form", mode)
 		}
 		run, err := parseCompare(args)
 		if err != nil {
@@ -107,16 +108,21 @@ func TestCompareText(t *testing.T) {
 		if ids[i].PromptBlocks != text[i].PromptBlocks {
 			t.Errorf("%s: %d prompt blocks as text, %d as ids", ids[i].Policy, text[i].PromptBlocks, ids[i].PromptBlocks)
 		}
-		if text[i].ChooseErrors != 0 || text[i].Dropped != 0 || text[i].MarkErrors != 0 {
-			t.Errorf("%s text: %d choose errors, %d dropped, %d mark errors: %s", text[i].Policy,
-				text[i].ChooseErrors, text[i].Dropped, text[i].MarkErrors, text[i].FirstError)
-		}
 	}
 	if ids[1].CachedBlocks != text[1].CachedBlocks {
 		t.Errorf("round-robin: %d cached blocks as text, %d as ids", text[1].CachedBlocks, ids[1].CachedBlocks)
 	}
-	if text[0].CachedBlocks == 0 || text[0].RouterHitRate == 0 {
-		t.Errorf("kvrouter text: %d cached blocks, router hit rate %v: the router's tokenization matched nothing",
-			text[0].CachedBlocks, text[0].RouterHitRate)
+	for _, mode := range []string{"text", "chat"} {
+		r := results[mode]
+		if r[0].CachedBlocks == 0 || r[0].RouterHitRate == 0 {
+			t.Errorf("kvrouter %s: %d cached blocks, router hit rate %v: the router's tokenization matched nothing",
+				mode, r[0].CachedBlocks, r[0].RouterHitRate)
+		}
+		for i := range r {
+			if r[i].ChooseErrors != 0 || r[i].Dropped != 0 || r[i].MarkErrors != 0 {
+				t.Errorf("%s %s: %d choose errors, %d dropped, %d mark errors: %s", r[i].Policy, mode,
+					r[i].ChooseErrors, r[i].Dropped, r[i].MarkErrors, r[i].FirstError)
+			}
+		}
 	}
 }
