@@ -219,6 +219,8 @@ type PolicyResult struct {
 	// SyncLag is the probed lag of a Route's state reaching another replica.
 	SyncLag      *SyncLag `json:"sync_lag,omitempty"`
 	SyncLagError string   `json:"sync_lag_error,omitempty"`
+	// Tokenization is the router's drift check of a text run (text.go).
+	Tokenization *TokenizationCheck `json:"tokenization,omitempty"`
 }
 
 // Label names the run: the policy, and with replicas their count and mode.

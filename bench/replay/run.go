@@ -107,6 +107,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
 	}
 	res.PrefillImbalance = stats.Imbalance(work)
+	if cfg.Text != nil && side != nil && side.router != nil {
+		res.Tokenization = side.router.tokenizationCheck()
+	}
 	sp.fill(res, tot)
 	res.SyncLag = lag
 	if lagErr != nil {

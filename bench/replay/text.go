@@ -1,9 +1,13 @@
 package replay
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -65,4 +69,60 @@ func (cfg *CompareConfig) checkText() error {
 		return fmt.Errorf("compare: %w are not sent through the endpoint picker", ErrTextMode)
 	}
 	return nil
+}
+
+// TokenizationCheck is what the router's drift check counted in a text run: requests whose
+// blocks, as the router tokenized them, the engine then stored (confirmed) or did not.
+type TokenizationCheck struct {
+	Confirmed  float64 `json:"confirmed"`
+	Mismatched float64 `json:"mismatched"`
+	Unchecked  float64 `json:"unchecked"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// tokenizationCheck reads the router's kvrouter_tokenization_* counters.
+func (r *Router) tokenizationCheck() *TokenizationCheck {
+	var tc TokenizationCheck
+	for name, dst := range map[string]*float64{
+		"kvrouter_tokenization_confirmed_total":  &tc.Confirmed,
+		"kvrouter_tokenization_mismatched_total": &tc.Mismatched,
+		"kvrouter_tokenization_unchecked_total":  &tc.Unchecked,
+	} {
+		v, err := r.metricSum(name)
+		if err != nil {
+			tc.Error = err.Error()
+			break
+		}
+		*dst = v
+	}
+	return &tc
+}
+
+// metricSum sums every series of metric name on the router's /metrics.
+func (r *Router) metricSum(name string) (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + dialAddr(r.HTTPAddr) + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: /metrics: %s", name, resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
 }

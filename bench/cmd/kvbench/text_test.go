@@ -118,6 +118,11 @@ func TestCompareText(t *testing.T) {
 			t.Errorf("kvrouter %s: %d cached blocks, router hit rate %v: the router's tokenization matched nothing",
 				mode, r[0].CachedBlocks, r[0].RouterHitRate)
 		}
+		if tc := r[0].Tokenization; tc == nil || tc.Error != "" || tc.Confirmed == 0 || tc.Mismatched > tc.Confirmed/10 {
+			t.Errorf("kvrouter %s: the router's drift check %+v: want confirmed requests and few mismatches", mode, tc)
+		} else {
+			t.Logf("kvrouter %s: drift check %+v", mode, *tc)
+		}
 		for i := range r {
 			if r[i].ChooseErrors != 0 || r[i].Dropped != 0 || r[i].MarkErrors != 0 {
 				t.Errorf("%s %s: %d choose errors, %d dropped, %d mark errors: %s", r[i].Policy, mode,
