@@ -12,11 +12,22 @@ import (
 
 	"github.com/shamaton/msgpack/v2"
 
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // qwen3 loads the real Qwen3 tokenizer committed gzipped in the tokenizer package's testdata.
 func qwen3(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Load(qwen3Files(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// qwen3Files writes the Qwen3 tokenizer files, ungzipped, to a directory.
+func qwen3Files(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
@@ -37,11 +48,7 @@ func qwen3(t *testing.T) *tokenizer.Tokenizer {
 			t.Fatal(err)
 		}
 	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return dir
 }
 
 // TestServeTextAnnouncesOwnTokens: an engine given text stores and announces over ZMQ the blocks
@@ -86,10 +93,48 @@ func TestServeTextAnnouncesOwnTokens(t *testing.T) {
 
 func TestTokenizeWithoutTokenizer(t *testing.T) {
 	e := newTestEngine(t, Config{ID: "e", CapacityBlocks: 4})
-	if _, err := e.Tokenize("hi"); !errors.Is(err, ErrNoTokenizer) {
-		t.Fatalf("got %v, want ErrNoTokenizer", err)
+	if _, err := e.Tokenize("hi"); !errors.Is(err, ErrNoTextTokenizer) {
+		t.Fatalf("got %v, want ErrNoTextTokenizer", err)
 	}
 	if _, err := newTestEngine(t, Config{ID: "f", CapacityBlocks: 4, Tokenizer: qwen3(t)}).Tokenize("\xff"); !errors.Is(err, tokenizer.ErrInvalidUTF8) {
 		t.Fatalf("invalid UTF-8: got %v", err)
+	}
+}
+
+// TestTextTokenizerBodies: bodies are tokenized as vLLM does: a completion body like its text
+// with special tokens, a chat through the template (Qwen3's header tokens first), and a chat
+// without a template or a completion given to ChatTokens refused with their errors.
+func TestTextTokenizerBodies(t *testing.T) {
+	files := qwen3Files(t)
+	tok, err := tokenizer.Load(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := &TextTokenizer{Tokenizer: tok}
+	want, err := tok.Encode(" hello world", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tt.BodyTokens([]byte(`{"model":"m","prompt":" hello world"}`))
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("completion body: %v %v, want %v", got, err, want)
+	}
+	chat := []byte(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`)
+	if _, err := tt.ChatTokens(chat); !errors.Is(err, ErrNoChatTemplate) {
+		t.Fatalf("chat without a template: %v", err)
+	}
+	if _, err := tt.ChatTokens([]byte(`{"model":"m","prompt":"x"}`)); !errors.Is(err, ErrNotChat) {
+		t.Fatalf("completion body to ChatTokens: %v", err)
+	}
+	if tt.Template, err = chattemplate.Load(files); err != nil {
+		t.Fatal(err)
+	}
+	got, err = tt.ChatTokens(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := tok.TokenID("<|im_start|>")
+	if len(got) < 4 || got[0] != start {
+		t.Fatalf("chat tokens %v do not open with <|im_start|> (%d)", got, start)
 	}
 }
