@@ -44,6 +44,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		}
 		defer side.close()
 		choose = side.choose
+		if cfg.Text != nil { // (checkText: one router, called directly)
+			choose = TextRouterChooser(side.router.Router, fleet, cfg.Model, cfg.Text, cfg.TextBody)
+		}
 	case v.policy == PolicyRoundRobin:
 		choose = RoundRobin(cfg.Engines)
 	case v.policy == PolicyRandom:
@@ -188,9 +191,6 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 			return nil, err
 		}
 		s.choose, s.marks = RouterChooser(s.router.Router, fleet, cfg.Model), s.router.Router
-		if cfg.Text != nil {
-			s.choose = TextRouterChooser(s.router.Router, fleet, cfg.Model, cfg.Text, cfg.TextBody)
-		}
 		if rc.EPP {
 			if s.epp, err = NewEPPGateway(s.router.EPPAddr); err != nil {
 				return nil, err

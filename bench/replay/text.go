@@ -68,6 +68,11 @@ func (cfg *CompareConfig) checkText() error {
 	case cfg.Router.EPP:
 		return fmt.Errorf("compare: %w are not sent through the endpoint picker", ErrTextMode)
 	}
+	for _, p := range cfg.Policies {
+		if isRouterPolicy(p) && p != PolicyKV && p != PolicyKVNoPredict {
+			return fmt.Errorf("compare: %w go to the router directly, not policy %s", ErrTextMode, p)
+		}
+	}
 	return nil
 }
 

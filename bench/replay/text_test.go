@@ -17,6 +17,7 @@ func TestCompareTextRefusals(t *testing.T) {
 		"no tokenizer": {Text: text},
 		"replicas":     {Text: text, Tokenizer: tok, Replicas: []int{2}},
 		"epp":          {Text: text, Tokenizer: tok, Router: RouterConfig{EPP: true}},
+		"epp policy":   {Text: text, Tokenizer: tok, Policies: []string{PolicyKV, PolicyKVEPP}},
 	} {
 		cfg.Engines, cfg.Capacity, cfg.SpeedUp = 1, 1, 1
 		if _, err := Compare(context.Background(), cfg); !errors.Is(err, ErrTextMode) {
