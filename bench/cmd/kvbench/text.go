@@ -62,15 +62,21 @@ func applyText(cfg *replay.CompareConfig, arg, form string) (cleanup func(), err
 // writeTextTrace writes reqs as Mooncake JSONL with each request's prompt text added as "text",
 // and for a body form the OpenAI body for model as "openai_body" (a JSON object).
 func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *textgen.Lexicon, form textgen.Form, model string) error {
-	var w io.Writer = os.Stdout
-	if path != "-" && path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	if path == "-" || path == "" {
+		return writeText(os.Stdout, reqs, blockTokens, lex, form, model)
 	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeText(f, reqs, blockTokens, lex, form, model); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func writeText(w io.Writer, reqs []tracegen.Request, blockTokens int, lex *textgen.Lexicon, form textgen.Form, model string) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	var line bytes.Buffer
 	for i := range reqs {
@@ -94,11 +100,5 @@ func writeTextTrace(path string, reqs []tracegen.Request, blockTokens int, lex *
 		}
 		bw.WriteString("}\n")
 	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if f, ok := w.(*os.File); ok && f != os.Stdout {
-		return f.Close()
-	}
-	return nil
+	return bw.Flush()
 }
