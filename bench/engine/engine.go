@@ -23,6 +23,9 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Config configures an Engine.
@@ -63,6 +66,10 @@ type Config struct {
 	Step                StepModel
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
+	// Tokenizer encodes text prompts (Tokenize, ServeText); nil: token prompts only.
+	Tokenizer *tokenizer.Tokenizer
+	// ChatTemplate renders chat bodies (TokenizeBody); nil refuses them.
+	ChatTemplate *chattemplate.Template
 }
 
 // Model selects how an engine schedules and times requests.

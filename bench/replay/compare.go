@@ -13,6 +13,8 @@ import (
 	"github.com/kvrouter/kvrouter/bench/gateway"
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
+	"github.com/kvrouter/kvrouter/internal/chattemplate"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Policy names.
@@ -146,6 +148,14 @@ type CompareConfig struct {
 	// Requests at Engines x Capacity, computed by the caller (a sweep shares
 	// it between runs); zero computes it.
 	PooledCeiling float64
+	// Text, if set, replays prompts as text (text.go): Route gets Prompt.text(seq) and the
+	// engines, given Tokenizer, tokenize it themselves. The router must know Model's tokenizer
+	// (--model in Router.Args). One router called directly only.
+	Text      func(seq int) string
+	Tokenizer *tokenizer.Tokenizer
+	// TextBody makes Text's strings OpenAI bodies; ChatTemplate renders chat ones on the engines.
+	TextBody     bool
+	ChatTemplate *chattemplate.Template
 }
 
 // PolicyResult is one policy's figures.
@@ -212,6 +222,8 @@ type PolicyResult struct {
 	// SyncLag is the probed lag of a Route's state reaching another replica.
 	SyncLag      *SyncLag `json:"sync_lag,omitempty"`
 	SyncLagError string   `json:"sync_lag_error,omitempty"`
+	// Tokenization is the router's drift check of a text run (text.go).
+	Tokenization *TokenizationCheck `json:"tokenization,omitempty"`
 }
 
 // Label names the run: the policy, and with replicas their count and mode.
@@ -306,6 +318,9 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 	rep.UnlimitedIDHit = trace.IDHitRate(cfg.Requests)
 	vs, err := cfg.variants()
 	if err != nil {
+		return rep, err
+	}
+	if err := cfg.checkText(); err != nil {
 		return rep, err
 	}
 	for _, v := range vs {

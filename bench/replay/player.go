@@ -84,6 +84,11 @@ type PlayConfig struct {
 	// OnProgress, if set, is called about every ProgressEvery with the counts so far.
 	OnProgress    func(Progress)
 	ProgressEvery time.Duration
+	// Text, if set, gives request seq's prompt as text (text.go): Choose gets nil tokens, and the
+	// chosen engine tokenizes the text itself, as a real engine does.
+	Text func(seq int) string
+	// Body makes Text's strings OpenAI request bodies (Prompt.openai_body).
+	Body bool
 }
 
 // Progress is a snapshot of a replay in flight.
@@ -117,6 +122,7 @@ type PlayResult struct {
 type job struct {
 	id      string
 	tokens  []uint32
+	text    string // a text prompt, tokenized by the chosen engine
 	output  int
 	arrival time.Duration
 	routed  bool
@@ -306,6 +312,9 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 				noteErr(fmt.Errorf("choose request %d: %w", p.seq, cerr))
 				c = Choice{Engine: p.seq % n}
 			}
+			if p.j.text != "" && !tokenizeJob(&p.j, cfg.Body, cfg.Fleet.Engines[c.Engine], &dropped, noteErr) {
+				continue
+			}
 			p.j.routed = c.Routed
 			if c.Routed {
 				res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
@@ -356,7 +365,12 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 		lag := time.Since(cfg.Clock.Wall(arrival))
 		lagNs.Store(int64(lag))
 		res.MaxLag = max(res.MaxLag, lag)
-		p.j = job{id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), tokens: r.Tokens(nil), output: r.OutputLength, arrival: arrival}
+		p.j = job{id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), output: r.OutputLength, arrival: arrival}
+		if cfg.Text != nil {
+			p.j.text = cfg.Text(i)
+		} else {
+			p.j.tokens = r.Tokens(nil)
+		}
 		order <- p // never blocks long: at most conc choices are unfinished
 		go func() {
 			p.c, p.err = cfg.Choose(ctx, p.seq, p.j.tokens, p.j.id)

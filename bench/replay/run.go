@@ -25,6 +25,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 			BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Capacity, Format: cfg.Format,
 			PrefillPerToken: cfg.PrefillPerToken, DecodePerToken: cfg.DecodePerToken,
 			Model: cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
+			Tokenizer: cfg.Tokenizer, ChatTemplate: cfg.ChatTemplate,
 		},
 	})
 	if err != nil {
@@ -43,6 +44,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		}
 		defer side.close()
 		choose = side.choose
+		if cfg.Text != nil { // (checkText: one router, called directly)
+			choose = TextRouterChooser(side.router.Router, fleet, cfg.Model, cfg.Text, cfg.TextBody)
+		}
 	case v.policy == PolicyRoundRobin:
 		choose = RoundRobin(cfg.Engines)
 	case v.policy == PolicyRandom:
@@ -55,6 +59,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	pc := PlayConfig{
 		Fleet: fleet, Requests: cfg.Requests, Choose: sp.wrap(choose), IDPrefix: v.policy + "-",
 		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
+		Text:  cfg.Text, Body: cfg.TextBody,
 	}
 	if side != nil {
 		pc.Router = side.marks
@@ -105,6 +110,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
 	}
 	res.PrefillImbalance = stats.Imbalance(work)
+	if cfg.Text != nil && side != nil && side.router != nil {
+		res.Tokenization = side.router.tokenizationCheck()
+	}
 	sp.fill(res, tot)
 	res.SyncLag = lag
 	if lagErr != nil {

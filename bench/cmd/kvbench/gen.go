@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench/textgen"
 	"github.com/kvrouter/kvrouter/bench/tracegen"
 )
 
@@ -58,6 +59,9 @@ func runGen(args []string) error {
 		burstOn  = fs.Duration("burst-on", secs(c.Arrival.BurstOn), "bursty: mean on period")
 		burstOff = fs.Duration("burst-off", secs(c.Arrival.BurstOff), "bursty: mean off period")
 		period   = fs.Duration("diurnal-period", 0, "diurnal: period of the rate (0: the trace's duration)")
+		textTok  = fs.String("text-tokenizer", "", "also write each prompt as \"text\" made for this tokenizer (qwen3, llama3 or a directory): it encodes to exactly the trace's blocks")
+		textForm = fs.String("text-form", "text", "with --text-tokenizer: completions or chat also writes \"openai_body\", that body for --text-model")
+		model    = fs.String("text-model", "bench-model", "the model name in OpenAI bodies")
 	)
 	fs.StringVar(&c.Shape, "shape", c.Shape, "chat, agent, rag or mix")
 	fs.Var(&c.Mix, "mix", "mix: fraction of requests per shape")
@@ -107,7 +111,20 @@ func runGen(args []string) error {
 	if err != nil {
 		return fmt.Errorf("gen: %w", err)
 	}
-	if err := tracegen.WriteFile(*out, reqs); err != nil {
+	if *textTok != "" {
+		form, err := textgen.ParseForm(*textForm)
+		if err != nil {
+			return fmt.Errorf("gen: %w", err)
+		}
+		lex, _, cleanup, err := loadLexicon(*textTok)
+		if err != nil {
+			return fmt.Errorf("gen: %w", err)
+		}
+		defer cleanup()
+		if err := writeTextTrace(*out, reqs, c.BlockTokens, lex, form, *model); err != nil {
+			return fmt.Errorf("gen: %w", err)
+		}
+	} else if err := tracegen.WriteFile(*out, reqs); err != nil {
 		return fmt.Errorf("gen: %w", err)
 	}
 	if *summary {

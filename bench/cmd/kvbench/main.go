@@ -132,6 +132,8 @@ type compareRun struct {
 	cfg    replay.CompareConfig
 	outDir string
 	trace  string
+	// cleanup removes the ungzipped tokenizer of a text run (nil: nothing to remove).
+	cleanup func()
 }
 
 // parseCompare reads kvbench compare's flags and loads the trace.
@@ -160,6 +162,8 @@ func parseCompare(args []string) (compareRun, error) {
 		lagProbes = fs.Int("sync-lag-probes", 50, "in cluster runs of 2+ replicas (not counting a killed one), probe the Route-to-other-replica lag this many times during the replay")
 		sync      = syncModes{true}
 		tm        timeModel
+		textTok   = fs.String("text-tokenizer", "", textTokenizerUsage)
+		textForm  = fs.String("text-form", "text", "with --text-tokenizer: send Prompt.text (text) or Prompt.openai_body with a completions or chat body")
 	)
 	fs.Var(&sync, "sync", "with --replicas: true (cluster mode on an embedded NATS server), false (independent routers, the ablation) or both")
 	tm.bind(fs)
@@ -216,7 +220,13 @@ func parseCompare(args []string) (compareRun, error) {
 	if cfg.Requests, err = loadDemoTrace(path, *limit, *idTokens, log); err != nil {
 		return compareRun{}, err
 	}
-	return compareRun{cfg: cfg, outDir: *outDir, trace: path}, nil
+	run := compareRun{cfg: cfg, outDir: *outDir, trace: path}
+	if *textTok != "" {
+		if run.cleanup, err = applyText(&run.cfg, *textTok, *textForm); err != nil {
+			return compareRun{}, err
+		}
+	}
+	return run, nil
 }
 
 // parseFraction reads "50%" or "0.5" as a fraction in (0, 1).
@@ -266,6 +276,9 @@ func runCompare(ctx context.Context, args []string) error {
 	run, err := parseCompare(args)
 	if err != nil {
 		return err
+	}
+	if run.cleanup != nil {
+		defer run.cleanup()
 	}
 	cfg, outDir := run.cfg, run.outDir
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
