@@ -17,6 +17,8 @@ import (
 	"github.com/kvrouter/kvrouter/bench/gateway"
 	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/ingest"
+	"github.com/kvrouter/kvrouter/internal/kv"
+	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
@@ -58,8 +60,9 @@ func consecutivePorts(t *testing.T) [2]net.Listener {
 }
 
 // TestDataParallelRanks: a dp_size 2 worker registered under rank 0's
-// port; the picker sends a request to rank 1 at port + 1, and that
-// port's front serves it as rank 1.
+// port; the picker sends a request for rank 1's cached prompt to port + 1
+// and one for rank 0's to the port, and each port's front serves it as
+// its rank.
 func TestDataParallelRanks(t *testing.T) {
 	idx := radix.New(radix.Config{})
 	ing, err := ingest.New(ingest.Config{Index: idx, BlockSize: 16})
@@ -109,15 +112,32 @@ func TestDataParallelRanks(t *testing.T) {
 	defer g.Close()
 	url := "http://" + serve(t, g)
 
-	// The first request holds its rank's load while the second is routed,
-	// so the two go to different ranks.
+	// Each prompt is cached on one rank (request 0's on rank 1, request 1's
+	// on rank 0), so the router's choice does not depend on timing.
+	want := []int{1, 0}
+	prompts := make([][]uint32, 2)
+	for i := range prompts {
+		toks := make([]uint32, 256) // a prompt of its own: no shared prefix
+		for k := range toks {
+			toks[k] = uint32(1000*(i+1) + k)
+		}
+		prompts[i] = toks
+		hashes := normalize.HashPrompt(normalize.Seed("", ""), toks, 16, nil, nil)
+		blocks := make([]kv.Block, len(hashes))
+		for k, h := range hashes {
+			blocks[k] = kv.Block{EngineHash: uint64(1000*(i+1) + k + 1), BlockHash: h}
+		}
+		if err := idx.Store(kv.WorkerRank{ID: "w", DPRank: uint32(want[i])}, 0, false, kv.TierDevice, blocks); err != nil {
+			t.Fatal(err)
+		}
+	}
 	errs := make(chan error, 2)
 	var ranks []int
 	for i := 0; i < 2; i++ {
 		go func() {
-			ids := make([]string, 256) // a prompt of its own: no shared prefix
-			for k := range ids {
-				ids[k] = strconv.Itoa(1000*(i+1) + k)
+			ids := make([]string, len(prompts[i]))
+			for k, tok := range prompts[i] {
+				ids[k] = strconv.Itoa(int(tok))
 			}
 			body := `{"model":"m","max_tokens":1,"prompt":[` + strings.Join(ids, ",") + `]}`
 			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
@@ -138,8 +158,8 @@ func TestDataParallelRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ranks[0]+ranks[1] != 1 {
-		t.Fatalf("ranks served %v: want one request on each rank's port", ranks)
+	if ranks[0] != want[0] || ranks[1] != want[1] {
+		t.Fatalf("ranks served %v: want %v, each request on the port of the rank holding its prompt", ranks, want)
 	}
 	if n := rt.ActiveRequests(); n != 0 {
 		t.Fatalf("%d requests still active", n)
