@@ -1,11 +1,7 @@
 package engine
 
 import (
-	"compress/gzip"
 	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -14,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/tokenizer/tokentest"
 )
 
 // qwen3 loads the real Qwen3 tokenizer committed gzipped in the tokenizer package's testdata.
@@ -27,29 +24,7 @@ func qwen3(t *testing.T) *tokenizer.Tokenizer {
 }
 
 // qwen3Files writes the Qwen3 tokenizer files, ungzipped, to a directory.
-func qwen3Files(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		f, err := os.Open(filepath.Join("..", "..", "internal", "tokenizer", "testdata", "qwen3", name+".gz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(zr)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
+func qwen3Files(t *testing.T) string { return tokentest.Dir(t, "qwen3") }
 
 // TestServeTextAnnouncesOwnTokens: an engine given text stores and announces over ZMQ the blocks
 // of its own tokenization of it (the real Qwen3 tokenizer's ids), not anything the caller computed.

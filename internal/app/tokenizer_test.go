@@ -1,7 +1,6 @@
 package app
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -19,33 +18,11 @@ import (
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/enginetok"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/tokenizer/tokentest"
 )
 
-// qwen3Dir writes the real Qwen3 tokenizer files (the tokenizer package's testdata) into a
-// directory laid out as a user's model directory.
-func qwen3Dir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		f, err := os.Open(filepath.Join("..", "tokenizer", "testdata", "qwen3", name+".gz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(zr)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
+// qwen3Dir is the real Qwen3 tokenizer files laid out as a user's model directory.
+func qwen3Dir(t *testing.T) string { return tokentest.Dir(t, "qwen3") }
 
 func TestModelConfig(t *testing.T) {
 	cfg := DefaultConfig()

@@ -1,11 +1,7 @@
 package server
 
 import (
-	"compress/gzip"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/chattemplate"
 	"github.com/kvrouter/kvrouter/internal/normalize"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/tokenizer/tokentest"
 )
 
 var (
@@ -40,22 +37,7 @@ func qwen3(t testing.TB) (*tokenizer.Tokenizer, *chattemplate.Template) {
 
 func loadQwen3(t testing.TB) (*tokenizer.Tokenizer, *chattemplate.Template) {
 	t.Helper()
-	read := func(name string) []byte {
-		f, err := os.Open(filepath.Join("..", "tokenizer", "testdata", "qwen3", name+".gz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(zr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	read := func(name string) []byte { return tokentest.Read(t, "qwen3", name) }
 	cfg := read("tokenizer_config.json")
 	tk, err := tokenizer.Parse("qwen3/tokenizer.json", read("tokenizer.json"), "qwen3/tokenizer_config.json", cfg)
 	if err != nil {
