@@ -2,18 +2,11 @@ package replay
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
-	"github.com/kvrouter/kvrouter/internal/epp"
-	"github.com/kvrouter/kvrouter/internal/ingest"
-	"github.com/kvrouter/kvrouter/internal/radix"
-	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
 )
 
@@ -27,39 +20,14 @@ func TestPlayThroughEPP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	idx := radix.New(radix.Config{})
-	ing, err := ingest.New(ingest.Config{Index: idx, BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ing.Close()
-	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: 16, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Router: rt, Ingest: ing, Index: idx})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, rt, addr := startPicker(t)
 	for _, e := range fleet.Engines {
 		w := &kvrouterv1.Worker{WorkerId: e.ID(), Model: "m", Endpoint: "sim://" + e.ID(), BlockSize: 16}
 		if err := srv.Register(w, server.SourceAPI, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p, err := epp.New(epp.Config{Router: srv, Fleet: epp.FleetFunc(srv.Fleet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	p.Register(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	defer gs.Stop()
-	gw, err := NewEPPGateway(lis.Addr().String())
+	gw, err := NewEPPGateway(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,11 @@ package replay
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
-	"github.com/kvrouter/kvrouter/internal/epp"
-	"github.com/kvrouter/kvrouter/internal/ingest"
-	"github.com/kvrouter/kvrouter/internal/radix"
-	"github.com/kvrouter/kvrouter/internal/scoring"
 	"github.com/kvrouter/kvrouter/internal/server"
 )
 
@@ -28,33 +21,8 @@ func TestPlayThroughHTTPGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	idx := radix.New(radix.Config{})
-	ing, err := ingest.New(ingest.Config{Index: idx, BlockSize: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ing.Close()
-	rt, err := scoring.New(scoring.Config{Index: idx, BlockSize: 16, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Router: rt, Ingest: ing, Index: idx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := epp.New(epp.Config{Router: srv, Fleet: epp.FleetFunc(srv.Fleet)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	p.Register(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	defer gs.Stop()
-	side, err := StartHTTPSide(fleet, lis.Addr().String())
+	srv, rt, addr := startPicker(t)
+	side, err := StartHTTPSide(fleet, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
