@@ -22,6 +22,7 @@ type scratch struct {
 	byTier  [][kv.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
+	steps   []float64 // per candidate, with Config.Place: a copy's cost there (spread.go)
 	terms   []costTerms
 	cands   []int
 	top     []int
@@ -164,6 +165,9 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 			load /= 1 + perCached*float64(depth[j])
 		}
 		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
+		if r.cfg.Place != nil {
+			s.steps = append(s.steps[:k], r.copyCost(rk, t, timed))
+		}
 		over = over || load > bound
 		if t.cost < lowCost {
 			lowest, lowCost = k, t.cost

@@ -151,6 +151,9 @@ func (r *Router) reportRoute(id string, chosen *rank, pb, pt, db int64, predicte
 	if r.cfg.OnChange == nil {
 		return
 	}
+	if r.cfg.Place != nil {
+		r.ownSinceRemote.Add(1)
+	}
 	r.cfg.OnChange(LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
 		PrefillBlocks: pb, PrefillTokens: pt, DecodeBlocks: db, Predicted: predicted})
 }
@@ -192,6 +195,9 @@ func (r *Router) applyRoute(origin string, c *LoadChange, now time.Time) error {
 	}
 	if len(c.Predicted) > 0 {
 		rk.model.overlay.predict(rk, c.Predicted, now)
+	}
+	if c.TTL == 0 { // a Route's change, not a state transfer's (spread.go)
+		r.ownSinceRemote.Store(0)
 	}
 	if c.RequestID == "" {
 		return nil

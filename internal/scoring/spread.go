@@ -1,0 +1,67 @@
+package scoring
+
+import "math"
+
+// Replicas that decide the same burst on the same state choose alike: a
+// Route's load reaches the other replicas only after the sync lag, so the
+// requests a gateway spreads over them within it all land on the rank that
+// was cheapest before any of them, where one router would have seen each
+// choice's load before the next. With Config.Place set (cluster mode), a
+// replica prices the choices it cannot see before deciding, as copies of
+// this request placed greedily: each copy goes to the cheapest candidate
+// and raises its cost by the request's own prefill there (what a copy's
+// uncached work adds to the next request's wait), and the request then
+// takes the cheapest. The copies are the decisions the other replicas made
+// since this replica last heard from them, estimated from its own: k Routes
+// here since the last remote Route arrived stand for (replicas - 1) x k
+// there, and of a burst's first requests, one per replica, this replica's
+// place among them orders them. A rank that holds the prompt's prefix
+// prices a copy at its small uncached part and keeps the request; ranks
+// within a copy's prefill of each other share the burst as one router
+// would have shared it.
+
+// unseen is the number of other replicas' decisions this Route may not
+// see: place + (replicas - 1) x own Routes since the last remote Route
+// applied. 0 without Config.Place.
+func (r *Router) unseen() int {
+	if r.cfg.Place == nil {
+		return 0
+	}
+	place, n := r.cfg.Place()
+	if n < 2 {
+		return 0
+	}
+	return place + (n-1)*int(r.ownSinceRemote.Load())
+}
+
+// spreadCosts adds to s.costs the unseen decisions' copies (at most one
+// per candidate and round: more would cost a Route time without changing
+// where near-equal ranks stand). steps are each candidate's cost increase
+// per copy. Only admitted candidates take copies.
+func spreadCosts(s *scratch, unseen int) {
+	costs, steps := s.costs, s.steps
+	for range min(unseen, len(costs)*len(costs)) {
+		pick, lo := -1, math.Inf(1)
+		for i, c := range costs {
+			if c < lo && (s.loads == nil || math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
+				pick, lo = i, c
+			}
+		}
+		if pick < 0 || steps[pick] <= 0 {
+			return // the cheapest takes copies for free: it stays the cheapest
+		}
+		costs[pick] += steps[pick]
+	}
+}
+
+// copyCost is what one more copy of the request on rk adds to the next
+// request's cost there: its uncached prefill, in the policy's unit (under
+// PolicyTime at rk's seconds per token, which cost left in rk's memo). The
+// caller holds rk's model's lock.
+func (r *Router) copyCost(rk *rank, t costTerms, timed bool) float64 {
+	uncached := max(0, t.prefill-float64(rk.prefillBlocks))
+	if timed {
+		return uncached * float64(r.cfg.BlockSize) * rk.timing.spt.value
+	}
+	return r.cfg.PrefillWeight * uncached
+}
