@@ -151,9 +151,6 @@ func (r *Router) reportRoute(id string, chosen *rank, pb, pt, db int64, predicte
 	if r.cfg.OnChange == nil {
 		return
 	}
-	if r.cfg.Place != nil {
-		r.ownSinceRemote.Add(1)
-	}
 	r.cfg.OnChange(LoadChange{Kind: ChangeRoute, RequestID: id, WorkerID: chosen.key.ID, DPRank: chosen.key.DPRank,
 		PrefillBlocks: pb, PrefillTokens: pt, DecodeBlocks: db, Predicted: predicted})
 }

@@ -28,8 +28,8 @@ type Router struct {
 
 	pool sync.Pool // *scratch
 
-	// ownSinceRemote counts this replica's Routes since the last Route
-	// another replica reported was applied (spread.go).
+	// ownSinceRemote counts this replica's Routes begun since the last
+	// Route another replica reported was applied (spread.go).
 	ownSinceRemote atomic.Int64
 
 	rngMu sync.Mutex

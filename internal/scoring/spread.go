@@ -20,18 +20,22 @@ import "math"
 // within a copy's prefill of each other share the burst as one router
 // would have shared it.
 
-// unseen is the number of other replicas' decisions this Route may not
-// see: place + (replicas - 1) x own Routes since the last remote Route
-// applied. 0 without Config.Place.
-func (r *Router) unseen() int {
+// claimUnseen is the number of other replicas' decisions a Route about to
+// choose may not see: place + (replicas - 1) x this replica's Routes
+// begun since the last remote Route applied, this one then counted among
+// them. Counted as Routes begin, not as they record, so that Routes this
+// replica serves at once (which cost before either records) are told apart
+// too. 0 without Config.Place or with one replica.
+func (r *Router) claimUnseen() int {
 	if r.cfg.Place == nil {
 		return 0
 	}
 	place, n := r.cfg.Place()
+	k := r.ownSinceRemote.Add(1) - 1
 	if n < 2 {
 		return 0
 	}
-	return place + (n-1)*int(r.ownSinceRemote.Load())
+	return place + (n-1)*int(k)
 }
 
 // spreadCosts adds to s.costs the unseen decisions' copies (at most one

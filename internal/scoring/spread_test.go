@@ -45,14 +45,13 @@ func TestSpreadCosts(t *testing.T) {
 }
 
 // TestUnseenCountsOwnRoutesSinceRemote: a replica's estimate of the other
-// replicas' decisions it has not seen grows by (replicas - 1) with each of
-// its own Routes and falls back to its place once another replica's Route
-// arrives; a state transfer's entry (TTL set) is not a fresh decision.
+// replicas' decisions a Route cannot see grows by (replicas - 1) with each
+// of its own Routes and falls back to its place once another replica's
+// Route arrives; a state transfer's entry (TTL set) is not a fresh decision.
 func TestUnseenCountsOwnRoutesSinceRemote(t *testing.T) {
-	var fromA []LoadChange
 	place := func(p, n int) func(*Config) {
 		return func(c *Config) {
-			c.OnChange = func(ch LoadChange) { fromA = append(fromA, ch) }
+			c.OnChange = func(LoadChange) {}
 			c.Place = func() (int, int) { return p, n }
 		}
 	}
@@ -62,32 +61,36 @@ func TestUnseenCountsOwnRoutesSinceRemote(t *testing.T) {
 		f.addWorker("w1", "m", 1)
 		f.addWorker("w2", "m", 2)
 	}
-	if got := a.r.unseen(); got != 1 {
-		t.Fatalf("before any Route: unseen %d, want the place, 1", got)
+	if got := a.r.claimUnseen(); got != 1 {
+		t.Fatalf("first Route: unseen %d, want the place, 1", got)
 	}
-	for i, want := range []int{3, 5} {
-		if _, err := a.r.Route(&Prompt{Model: "m", Tokens: tokens(uint32(1000*i), 4*bs)}, "a"+string(rune('0'+i)), 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		if got := a.r.unseen(); got != want {
-			t.Fatalf("after %d own Routes: unseen %d, want %d", i+1, got, want)
-		}
+	if _, err := a.r.Route(&Prompt{Model: "m", Tokens: tokens(1000, 4*bs)}, "a1", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.r.claimUnseen(); got != 5 {
+		t.Fatalf("third Route: unseen %d, want 1 + 2 x 2", got)
 	}
 	state := LoadChange{Kind: ChangeRoute, RequestID: "s1", WorkerID: "w1", PrefillBlocks: 1, DecodeBlocks: 1, TTL: time.Minute}
 	if err := a.r.ApplyRemote("other", &state); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.r.unseen(); got != 5 {
-		t.Fatalf("after a state transfer's entry: unseen %d, want 5", got)
+	if got := a.r.claimUnseen(); got != 7 {
+		t.Fatalf("after a state transfer's entry: unseen %d, want 7", got)
 	}
 	remote := LoadChange{Kind: ChangeRoute, RequestID: "b1", WorkerID: "w2", DPRank: 1, PrefillBlocks: 1, DecodeBlocks: 1}
 	if err := a.r.ApplyRemote("other", &remote); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.r.unseen(); got != 1 {
+	if got := a.r.claimUnseen(); got != 1 {
 		t.Fatalf("after another replica's Route: unseen %d, want 1", got)
 	}
-	if got := b.r.unseen(); got != 0 {
+	one := newFixture(t, place(0, 1))
+	for range 3 {
+		if got := one.r.claimUnseen(); got != 0 {
+			t.Fatalf("a lone replica: unseen %d, want 0", got)
+		}
+	}
+	if got := b.r.claimUnseen(); got != 0 {
 		t.Fatalf("a router without Place: unseen %d, want 0", got)
 	}
 }
