@@ -1,6 +1,9 @@
 package scoring
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // Replicas that decide the same burst on the same state choose alike: a
 // Route's load reaches the other replicas only after the sync lag, so the
@@ -38,23 +41,47 @@ func (r *Router) claimUnseen() int {
 	return place + (n-1)*int(k)
 }
 
-// spreadCosts adds to s.costs the unseen decisions' copies (at most one
-// per candidate and round: more would cost a Route time without changing
-// where near-equal ranks stand). steps are each candidate's cost increase
-// per copy. Only admitted candidates take copies.
+// spreadCosts adds to s.costs the unseen decisions' copies (at most
+// candidates^2: more would cost a Route time without changing where
+// near-equal ranks stand). steps are each candidate's cost increase per
+// copy. Only admitted candidates take copies, and the copies count on the
+// bounded-load guard as the Routes they stand for would (s.copyLoads on the
+// rank, s.guardStep on the bound), so a guard that admits one rank does not
+// send the whole burst there.
 func spreadCosts(s *scratch, unseen int) {
 	costs, steps := s.costs, s.steps
+	guarded := len(s.copyLoads) == len(costs) && len(s.loads) == len(costs) && !math.IsInf(s.guard, 1)
+	bound := s.guard
+	admitted := func(i int) bool {
+		if !guarded {
+			return s.loads == nil || math.IsInf(s.bound, 1) || s.loads[i] <= s.bound
+		}
+		return s.loads[i] <= bound
+	}
 	for range min(unseen, len(costs)*len(costs)) {
+		if guarded {
+			bound = max(bound, slices.Min(s.loads)) // (admit's fallback)
+		}
 		pick, lo := -1, math.Inf(1)
 		for i, c := range costs {
-			if c < lo && (s.loads == nil || math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
+			if c < lo && admitted(i) {
 				pick, lo = i, c
 			}
 		}
-		if pick < 0 || steps[pick] <= 0 {
-			return // the cheapest takes copies for free: it stays the cheapest
+		if pick < 0 || (steps[pick] <= 0 && !guarded) {
+			break // the cheapest takes copies for free: it stays the cheapest
 		}
 		costs[pick] += steps[pick]
+		if guarded {
+			s.loads[pick] += s.copyLoads[pick]
+			bound += s.guardStep
+		}
+	}
+	if guarded {
+		s.bound = math.Inf(1)
+		if slices.Max(s.loads) > bound {
+			s.bound = max(bound, slices.Min(s.loads))
+		}
 	}
 }
 

@@ -16,6 +16,9 @@ func TestSpreadCosts(t *testing.T) {
 		costs, steps []float64
 		loads        []float64
 		bound        float64
+		copyLoads    []float64 // with guard, guardStep: the guard counts copies
+		guard        float64
+		guardStep    float64
 		unseen       int
 		want         int // the cheapest after the copies
 	}{
@@ -27,13 +30,24 @@ func TestSpreadCosts(t *testing.T) {
 		{name: "a rank holding the prefix keeps the request", costs: []float64{0.1, 1.1, 1.2}, steps: []float64{.05, 1, 1}, bound: inf, unseen: 5, want: 0},
 		{name: "a free copy stops the pricing", costs: []float64{1, 1.1}, steps: []float64{0, 1}, bound: inf, unseen: 3, want: 0},
 		{name: "guard-excluded rank takes no copy", costs: []float64{1, 1.1, 1.2}, steps: []float64{.5, .5, .5}, loads: []float64{9, 1, 1}, bound: 2, unseen: 1, want: 2},
+		{name: "copies load the guard", costs: []float64{1, 1.1, 1.2}, steps: []float64{0, 0, 0}, loads: []float64{1, 1, 1}, bound: inf,
+			copyLoads: []float64{1, 1, 1}, guard: 1.5, guardStep: .1, unseen: 2, want: 2},
+		{name: "copies raise the guard's bound", costs: []float64{1, 1.1, 1.2}, steps: []float64{0, 0, 0}, loads: []float64{1, 1, 1}, bound: inf,
+			copyLoads: []float64{1, 1, 1}, guard: 1.5, guardStep: .3, unseen: 2, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scratch{costs: append([]float64(nil), tc.costs...), steps: tc.steps, loads: tc.loads, bound: tc.bound}
+			s := &scratch{costs: append([]float64(nil), tc.costs...), steps: tc.steps, loads: append([]float64(nil), tc.loads...), bound: tc.bound,
+				copyLoads: tc.copyLoads, guard: inf, guardStep: tc.guardStep}
+			if tc.copyLoads != nil {
+				s.guard = tc.guard
+			}
+			if tc.loads == nil {
+				s.loads = nil
+			}
 			spreadCosts(s, tc.unseen)
 			got, lo := -1, inf
 			for i, c := range s.costs {
-				if c < lo && (tc.loads == nil || tc.loads[i] <= tc.bound) {
+				if c < lo && (s.loads == nil || s.loads[i] <= s.bound) {
 					got, lo = i, c
 				}
 			}
