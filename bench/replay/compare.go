@@ -187,6 +187,12 @@ type PolicyResult struct {
 	FirstError    string  `json:"first_error,omitempty"`
 	MaxLag        string  `json:"max_dispatch_lag"`
 	WallSeconds   float64 `json:"wall_seconds"`
+
+	// BurstPiled is the share of the requests arriving with others at one
+	// instant that went to an engine an earlier one of that instant went
+	// to (burst.go).
+	BurstPiled float64 `json:"burst_piled"`
+
 	// Replicas is the number of routers behind the gateway (0: one router
 	// called directly); Sync whether they ran in cluster mode; Round which
 	// repetition of the runs this is.

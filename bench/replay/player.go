@@ -110,6 +110,10 @@ type PlayResult struct {
 	// PromptTokens per engine.
 	PromptTokens []uint64
 	ChooseErrors int
+	// BurstRequests are the requests that arrived with others at one
+	// instant; BurstPiled those sent to an engine an earlier one of their
+	// instant went to (burst.go).
+	BurstRequests, BurstPiled int
 	// Dropped counts requests an engine refused (too long for its KV blocks).
 	Dropped     int64
 	MarkErrors  int64
@@ -298,6 +302,8 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	fwdDone := make(chan struct{})
 	go func() {
 		defer close(fwdDone)
+		var bursts burstCounter
+		defer func() { res.BurstRequests, res.BurstPiled = bursts.Requests, bursts.Piled }()
 		for p := range order {
 			<-p.ok
 			c, cerr := p.c, p.err
@@ -316,6 +322,7 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 				continue
 			}
 			p.j.routed = c.Routed
+			bursts.add(p.j.arrival, c.Engine)
 			if c.Routed {
 				res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
 				res.RouterMatched += uint64(c.Matched)

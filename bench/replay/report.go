@@ -32,16 +32,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "pooled LRU ceiling (one cache of %d blocks): %.1f%% hit rate; unlimited cache: %.1f%%\n\n",
 		r.Engines*r.CapacityBlocks, 100*r.PooledCeiling, 100*r.UnlimitedIDHit)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\thit rate\tof ceiling\timbalance\tTTFT p50 s\tTTFT p99 s\troute p50 ms\troute p99 ms\tevents/s\terrors\t")
+	fmt.Fprintln(tw, "policy\thit rate\tof ceiling\timbalance\tTTFT p50 s\tTTFT p99 s\troute p50 ms\troute p99 ms\tevents/s\tburst piled\terrors\t")
 	for _, p := range r.Results {
 		route50, route99, evs := "-", "-", "-"
 		if p.Route.N > 0 {
 			route50, route99 = ms(p.Route.P50), ms(p.Route.P99)
 			evs = fmt.Sprintf("%.0f", p.EventsPerSec)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%.0f%%\t%.2f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.0f%%\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d\t\n",
 			p.Label(), 100*p.HitRate, 100*p.HitRateOfCeiling, p.Imbalance,
-			secs(p.TTFT.P50), secs(p.TTFT.P99), route50, route99, evs, p.ChooseErrors+int(p.MarkErrors))
+			secs(p.TTFT.P50), secs(p.TTFT.P99), route50, route99, evs, 100*p.BurstPiled, p.ChooseErrors+int(p.MarkErrors))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -96,6 +96,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		ChooseErrors: pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
 		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
 	}
+	if pr.BurstRequests > 0 {
+		res.BurstPiled = float64(pr.BurstPiled) / float64(pr.BurstRequests)
+	}
 	if pr.RouterPromptBlocks > 0 {
 		res.RouterHitRate = float64(pr.RouterMatched) / float64(pr.RouterPromptBlocks)
 	}

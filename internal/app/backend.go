@@ -54,6 +54,7 @@ func (a *App) startBackend(ctx context.Context) (*persist.Keeper, error) {
 	scfg := a.cfg.Scoring.Config(a.index)
 	if shareLoad {
 		scfg.OnChange = a.cluster.node.Publish
+		scfg.Place = a.cluster.node.Place
 	}
 	if a.router, err = scoring.New(scfg); err != nil {
 		return nil, err

@@ -22,13 +22,18 @@ type scratch struct {
 	byTier  [][kv.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
-	terms   []costTerms
-	cands   []int
-	top     []int
-	loads   []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
-	bound   float64   // the largest load admitted (+Inf: every candidate)
-	lowest  int       // the cheapest candidate, admitted or not (the first at the lowest cost)
-	missed  []slotRank
+	steps   []float64 // per candidate, with Config.Place: a copy's cost there (spread.go)
+	// With Config.Place: per candidate, a copy's guard load there; the
+	// guard's bound before copies and its rise per copy (spread.go).
+	copyLoads        []float64
+	guard, guardStep float64
+	terms            []costTerms
+	cands            []int
+	top              []int
+	loads            []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
+	bound            float64   // the largest load admitted (+Inf: every candidate)
+	lowest           int       // the cheapest candidate, admitted or not (the first at the lowest cost)
+	missed           []slotRank
 }
 
 func resize[T any](s []T, n int) []T {
@@ -141,7 +146,8 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 	var tc timeCoster
 	m := ranks[0].model
 	m.mu.Lock()
-	bound := r.bound(r.balanceOf(m, ranks), n, promptBlocks) // (balance.go)
+	bal := r.balanceOf(m, ranks)
+	bound := r.bound(bal, n, promptBlocks) // (balance.go)
 	perCached := r.cachedRelief(promptBlocks)
 	over := false
 	for j, rk := range ranks {
@@ -164,6 +170,14 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 			load /= 1 + perCached*float64(depth[j])
 		}
 		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
+		if r.cfg.Place != nil {
+			s.steps = append(s.steps[:k], r.copyCost(rk, t, timed))
+			relief := 1.0 // (as load's)
+			if depth[j] > 0 {
+				relief += perCached * float64(depth[j])
+			}
+			s.copyLoads = append(s.copyLoads[:k], promptBlocks*bal.scale/relief)
+		}
 		over = over || load > bound
 		if t.cost < lowCost {
 			lowest, lowCost = k, t.cost
@@ -174,6 +188,9 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 		tc.end()
 	}
 	s.cands, s.costs, s.terms, s.loads, s.lowest = cands[:k], costs[:k], terms[:k], loads[:k], lowest
+	if r.cfg.Place != nil {
+		s.guard, s.guardStep = bound, r.bound(&balanceState{scale: bal.scale}, n, promptBlocks)
+	}
 	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)

@@ -100,6 +100,11 @@ type Config struct {
 	// It is called on the caller's goroutine, under the Router's read
 	// lock: it must be quick and must not call the Router.
 	OnChange func(LoadChange)
+	// Place, when set (cluster mode), reports this replica's place among
+	// the live replicas (0-based, by replica id) and their number: a Route
+	// then prices the other replicas' decisions it cannot see yet
+	// (spread.go). Nil: one router, whose choices this leaves unchanged.
+	Place func() (place, replicas int)
 
 	// approxTTL bounds a predicted block's life on a worker without events.
 	// No caller outside the package sets it; its tests shorten it.

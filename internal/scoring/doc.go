@@ -23,7 +23,8 @@
 //     time policy's; learner.go: the time policy's learner; decay.go: the
 //     learner's decay memo; pending.go: a model's pending prefills.
 //   - balance.go: the bounded-load guard and the load imbalance.
-//   - sample.go: choosing among the costs.
+//   - sample.go: choosing among the costs; spread.go: a replica's pricing
+//     of the other replicas' decisions it cannot see yet.
 //   - route.go: Route and what it records; decision.go: what Route answers
 //     and why it chose; score.go: Score.
 //   - load.go: routed requests and their load; overlay.go: predicted
