@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 // vllm serves /tokenize in vLLM's shape: {count, max_model_len, tokens}; it records the last
 // request body.
 type vllm struct {
+	mu    sync.Mutex // calls may overlap (TestClientBounds)
 	last  map[string]any
 	raw   string
 	block chan struct{} // when set, a call waits for it (or its context)
@@ -36,11 +38,13 @@ func (v *vllm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b, _ := io.ReadAll(r.Body)
-	v.raw = string(b)
-	v.last = nil
-	json.Unmarshal(b, &v.last)
+	var req map[string]any
+	json.Unmarshal(b, &req)
+	v.mu.Lock()
+	v.raw, v.last = string(b), req
+	v.mu.Unlock()
 	toks := []int{101, 102, 103}
-	if _, chat := v.last["messages"]; chat {
+	if _, chat := req["messages"]; chat {
 		toks = []int{7, 8}
 	}
 	json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "max_model_len": 4096, "tokens": toks})
