@@ -3,6 +3,8 @@ package scoring
 import (
 	"math"
 	"slices"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // Replicas that decide the same burst on the same state choose alike: a
@@ -28,42 +30,87 @@ import (
 // begun since the last remote Route applied, this one then counted among
 // them. Counted as Routes begin, not as they record, so that Routes this
 // replica serves at once (which cost before either records) are told apart
-// too. 0 without Config.Place or with one replica.
-func (r *Router) claimUnseen() int {
+// too. 0 without Config.Place or with one replica. It returns the place
+// and the number of replicas too (replicas 1 without Config.Place).
+func (r *Router) claimUnseen() (unseen, place, replicas int) {
 	if r.cfg.Place == nil {
-		return 0
+		return 0, 0, 1
 	}
 	place, n := r.cfg.Place()
 	k := r.ownSinceRemote.Add(1) - 1
 	if n < 2 {
-		return 0
+		return 0, place, n
 	}
-	return place + (n-1)*int(k)
+	return place + (n-1)*int(k), place, n
+}
+
+// preferOwn breaks near-ties toward this replica's own ranks. The count of
+// unseen decisions is an estimate: Routes that take milliseconds and
+// changes that arrive in batches leave replicas deciding at once with
+// counts that do not interleave, and then they choose alike. Ranks are
+// shared out among the replicas by a hash of their key, the same on every
+// replica, so among the candidates one router would have treated as equal
+// (within this request's own prefill at the pick: what the pick adds there
+// for the next request) each replica takes its own, and replicas that
+// decide at once diverge without hearing from each other. A pick holding
+// the prompt's prefix has a small prefill and keeps the request; with no
+// own rank near the pick, the pick stands.
+func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
+	if len(s.ownSteps) != len(s.costs) || ownerOf(ranks[s.cands[pick]].key, replicas) == place {
+		return pick
+	}
+	limit := s.costs[pick] + s.ownSteps[pick]
+	best, lo := pick, math.Inf(1)
+	for i, c := range s.costs {
+		if c <= limit && c < lo && ownerOf(ranks[s.cands[i]].key, replicas) == place &&
+			(math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
+			best, lo = i, c
+		}
+	}
+	return best
+}
+
+// ownerOf is the replica whose own rank k is among replicas (FNV-1a of the
+// worker id and the data-parallel rank): the same on every replica.
+func ownerOf(k kv.WorkerRank, replicas int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(k.ID); i++ {
+		h = (h ^ uint64(k.ID[i])) * 1099511628211
+	}
+	h = (h ^ uint64(k.DPRank)) * 1099511628211
+	h ^= h >> 29 // (FNV's low bits mix poorly for short keys)
+	return int(h % uint64(replicas))
 }
 
 // spreadCosts adds to s.costs the unseen decisions' copies (at most
 // candidates^2: more would cost a Route time without changing where
-// near-equal ranks stand). steps are each candidate's cost increase per
-// copy. Only admitted candidates take copies, and the copies count on the
-// bounded-load guard as the Routes they stand for would (s.copyLoads on the
-// rank, s.guardStep on the bound), so a guard that admits one rank does not
-// send the whole burst there.
+// near-equal ranks stand). A copy stands for another request, whose
+// prompt this replica does not know: it goes where a prompt of this size
+// holding nothing costs least (s.blind), not where this prompt's cached
+// prefix draws it, for a copy placed by this prompt's own costs pushes the
+// request off its cheapest rank onto the one the other request chose.
+// Each copy raises both costs of its rank by its prefill there (steps).
+// Only admitted candidates take copies, and the copies count on the
+// bounded-load guard as the Routes they stand for would (on the rank's
+// load as a copy sees it and as this request sees it, and s.guardStep on
+// the bound), so a guard that admits one rank does not send the whole
+// burst there.
 func spreadCosts(s *scratch, unseen int) {
-	costs, steps := s.costs, s.steps
+	costs, blind, steps := s.costs, s.blind, s.steps
 	guarded := len(s.copyLoads) == len(costs) && len(s.loads) == len(costs) && !math.IsInf(s.guard, 1)
 	bound := s.guard
 	admitted := func(i int) bool {
 		if !guarded {
 			return s.loads == nil || math.IsInf(s.bound, 1) || s.loads[i] <= s.bound
 		}
-		return s.loads[i] <= bound
+		return s.blindLoads[i] <= bound
 	}
 	for range min(unseen, len(costs)*len(costs)) {
 		if guarded {
-			bound = max(bound, slices.Min(s.loads)) // (admit's fallback)
+			bound = max(bound, slices.Min(s.blindLoads)) // (admit's fallback)
 		}
 		pick, lo := -1, math.Inf(1)
-		for i, c := range costs {
+		for i, c := range blind {
 			if c < lo && admitted(i) {
 				pick, lo = i, c
 			}
@@ -72,8 +119,10 @@ func spreadCosts(s *scratch, unseen int) {
 			break // the cheapest takes copies for free: it stays the cheapest
 		}
 		costs[pick] += steps[pick]
+		blind[pick] += steps[pick]
 		if guarded {
 			s.loads[pick] += s.copyLoads[pick]
+			s.blindLoads[pick] += s.blindStep
 			bound += s.guardStep
 		}
 	}

@@ -1,9 +1,12 @@
 package scoring
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
 // TestSpreadCosts: the unseen decisions' copies go greedily to the cheapest
@@ -14,6 +17,7 @@ func TestSpreadCosts(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		costs, steps []float64
+		blind        []float64 // a copy's own costs (nil: costs)
 		loads        []float64
 		bound        float64
 		copyLoads    []float64 // with guard, guardStep: the guard counts copies
@@ -29,6 +33,8 @@ func TestSpreadCosts(t *testing.T) {
 		{name: "far costlier rank takes none", costs: []float64{1, 1.1, 1.2, 5}, steps: []float64{.5, .5, .5, .5}, bound: inf, unseen: 6, want: 0},
 		{name: "a rank holding the prefix keeps the request", costs: []float64{0.1, 1.1, 1.2}, steps: []float64{.05, 1, 1}, bound: inf, unseen: 5, want: 0},
 		{name: "a free copy stops the pricing", costs: []float64{1, 1.1}, steps: []float64{0, 1}, bound: inf, unseen: 3, want: 0},
+		{name: "a copy goes where a prompt holding nothing costs least", costs: []float64{1, 0.98}, blind: []float64{1, 1.2}, steps: []float64{.5, .5}, bound: inf, unseen: 1, want: 1},
+		{name: "a copy does not go where only this prompt's prefix draws it", costs: []float64{1, 0.5, 1.1}, blind: []float64{1, 1.2, 1.1}, steps: []float64{.6, .6, .6}, bound: inf, unseen: 1, want: 1},
 		{name: "guard-excluded rank takes no copy", costs: []float64{1, 1.1, 1.2}, steps: []float64{.5, .5, .5}, loads: []float64{9, 1, 1}, bound: 2, unseen: 1, want: 2},
 		{name: "copies load the guard", costs: []float64{1, 1.1, 1.2}, steps: []float64{0, 0, 0}, loads: []float64{1, 1, 1}, bound: inf,
 			copyLoads: []float64{1, 1, 1}, guard: 1.5, guardStep: .1, unseen: 2, want: 2},
@@ -36,8 +42,13 @@ func TestSpreadCosts(t *testing.T) {
 			copyLoads: []float64{1, 1, 1}, guard: 1.5, guardStep: .3, unseen: 2, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scratch{costs: append([]float64(nil), tc.costs...), steps: tc.steps, loads: append([]float64(nil), tc.loads...), bound: tc.bound,
-				copyLoads: tc.copyLoads, guard: inf, guardStep: tc.guardStep}
+			blind := tc.blind
+			if blind == nil {
+				blind = tc.costs
+			}
+			s := &scratch{costs: append([]float64(nil), tc.costs...), blind: append([]float64(nil), blind...), steps: tc.steps,
+				loads: append([]float64(nil), tc.loads...), blindLoads: append([]float64(nil), tc.loads...), bound: tc.bound,
+				copyLoads: tc.copyLoads, blindStep: 1, guard: inf, guardStep: tc.guardStep}
 			if tc.copyLoads != nil {
 				s.guard = tc.guard
 			}
@@ -75,36 +86,84 @@ func TestUnseenCountsOwnRoutesSinceRemote(t *testing.T) {
 		f.addWorker("w1", "m", 1)
 		f.addWorker("w2", "m", 2)
 	}
-	if got := a.r.claimUnseen(); got != 1 {
+	if got, _, _ := a.r.claimUnseen(); got != 1 {
 		t.Fatalf("first Route: unseen %d, want the place, 1", got)
 	}
 	if _, err := a.r.Route(&Prompt{Model: "m", Tokens: tokens(1000, 4*bs)}, "a1", 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.r.claimUnseen(); got != 5 {
+	if got, _, _ := a.r.claimUnseen(); got != 5 {
 		t.Fatalf("third Route: unseen %d, want 1 + 2 x 2", got)
 	}
 	state := LoadChange{Kind: ChangeRoute, RequestID: "s1", WorkerID: "w1", PrefillBlocks: 1, DecodeBlocks: 1, TTL: time.Minute}
 	if err := a.r.ApplyRemote("other", &state); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.r.claimUnseen(); got != 7 {
+	if got, _, _ := a.r.claimUnseen(); got != 7 {
 		t.Fatalf("after a state transfer's entry: unseen %d, want 7", got)
 	}
 	remote := LoadChange{Kind: ChangeRoute, RequestID: "b1", WorkerID: "w2", DPRank: 1, PrefillBlocks: 1, DecodeBlocks: 1}
 	if err := a.r.ApplyRemote("other", &remote); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.r.claimUnseen(); got != 1 {
+	if got, _, _ := a.r.claimUnseen(); got != 1 {
 		t.Fatalf("after another replica's Route: unseen %d, want 1", got)
 	}
 	one := newFixture(t, place(0, 1))
 	for range 3 {
-		if got := one.r.claimUnseen(); got != 0 {
+		if got, _, _ := one.r.claimUnseen(); got != 0 {
 			t.Fatalf("a lone replica: unseen %d, want 0", got)
 		}
 	}
-	if got := b.r.claimUnseen(); got != 0 {
+	if got, _, _ := b.r.claimUnseen(); got != 0 {
 		t.Fatalf("a router without Place: unseen %d, want 0", got)
+	}
+}
+
+// TestPreferOwn: among candidates within the pick's own prefill, each
+// replica takes a rank it owns, so replicas deciding at once on the same
+// costs diverge; a pick holding the prefix (a small prefill), a rank past
+// the tolerance and a rank the guard excludes stay as they are.
+func TestPreferOwn(t *testing.T) {
+	const replicas = 2
+	// Two keys owned by different replicas, found as any replica would.
+	var keys [replicas]kv.WorkerRank
+	found := 0
+	for i := 0; found < replicas && i < 100; i++ {
+		k := kv.WorkerRank{ID: fmt.Sprintf("w%d", i)}
+		if o := ownerOf(k, replicas); keys[o].ID == "" {
+			keys[o] = k
+			found++
+		}
+	}
+	if found < replicas {
+		t.Fatal("no key for every replica among 100")
+	}
+	ranks := []*rank{{key: keys[0]}, {key: keys[1]}}
+	inf := math.Inf(1)
+	for _, tc := range []struct {
+		name        string
+		costs, own  []float64
+		loads       []float64
+		bound       float64
+		place, want int
+	}{
+		{name: "owner keeps its pick", costs: []float64{1, 1.1}, own: []float64{.5, .5}, bound: inf, place: 0, want: 0},
+		{name: "the other replica takes its own near-equal rank", costs: []float64{1, 1.1}, own: []float64{.5, .5}, bound: inf, place: 1, want: 1},
+		{name: "a rank past the pick's prefill is not near", costs: []float64{1, 1.6}, own: []float64{.5, .5}, bound: inf, place: 1, want: 0},
+		{name: "a pick holding the prefix keeps the request", costs: []float64{1, 1.1}, own: []float64{.05, .5}, bound: inf, place: 1, want: 0},
+		{name: "a guard-excluded own rank is not taken", costs: []float64{1, 1.1}, own: []float64{.5, .5}, loads: []float64{1, 9}, bound: 2, place: 1, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scratch{cands: []int{0, 1}, costs: tc.costs, ownSteps: tc.own, loads: tc.loads, bound: tc.bound}
+			if got := s.preferOwn(ranks, 0, tc.place, replicas); got != tc.want {
+				t.Errorf("replica %d took %d, want %d", tc.place, got, tc.want)
+			}
+		})
+	}
+	for r := range replicas { // the same key, the same owner, whichever replica asks
+		if a, b := ownerOf(keys[r], replicas), ownerOf(kv.WorkerRank{ID: keys[r].ID}, replicas); a != b || a != r {
+			t.Errorf("owner of %v: %d and %d, want %d", keys[r], a, b, r)
+		}
 	}
 }
