@@ -347,3 +347,10 @@ func (r *Router) stop() error {
 	}
 	return nil
 }
+
+// RouterHasFlag reports whether the router binary's -h lists --name, for a
+// harness that must run routers built before the flag existed.
+func RouterHasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	return strings.Contains(string(out), "-"+name+" ")
+}

@@ -19,7 +19,7 @@ func TestCompareReplicasShort(t *testing.T) {
 		t.Skip("starts routers and 16 engines for about 15 s")
 	}
 	bin := buildRouter(t)
-	cluster := routerHasFlag(bin, "nats-url")
+	cluster := replay.RouterHasFlag(bin, "nats-url")
 	syncFlag := "--sync=both"
 	if !cluster {
 		syncFlag = "--sync=false"
