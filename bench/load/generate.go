@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
-	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/harness"
 )
 
 // routerIdle measures the started router's CPU, in cores, over d with no
 // Routes sent (0 when there is no started router or d is 0).
-func routerIdle(ctx context.Context, router *replay.Router, d time.Duration) (float64, error) {
+func routerIdle(ctx context.Context, router *harness.Router, d time.Duration) (float64, error) {
 	if router == nil || d <= 0 {
 		return 0, nil
 	}
@@ -109,7 +109,7 @@ type genConfig struct {
 	warmup, duration time.Duration
 	clients          int
 	stream, null     bool
-	router           *replay.Router // nil: the router's CPU is not measured
+	router           *harness.Router // nil: the router's CPU is not measured
 }
 
 // generator is the state the clients of one generate run share.

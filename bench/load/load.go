@@ -22,6 +22,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/internal/normalize"
@@ -97,7 +98,7 @@ type run struct {
 	pool   docPool
 	logf   func(string, ...any)
 	addr   string
-	router *replay.Router // nil for a router already running
+	router *harness.Router // nil for a router already running
 }
 
 // Run runs the load test and writes its report to cfg.Out.
@@ -111,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if r.addr == "" {
 		var err error
-		r.router, err = replay.StartRouter(ctx, replay.RouterConfig{Bin: cfg.RouterBin, Args: cfg.RouterArgs, Log: cfg.RouterLog})
+		r.router, err = harness.StartRouter(ctx, harness.RouterConfig{Bin: cfg.RouterBin, Args: cfg.RouterArgs, Log: cfg.RouterLog})
 		if err != nil {
 			return err
 		}
@@ -223,7 +224,7 @@ func (r *run) measure(ctx context.Context, reg kvrouterv1.RegistryClient) error 
 	if err != nil {
 		return err
 	}
-	applied0, _ := replay.EventsApplied(ctx, reg, cfg.Model)
+	applied0, _ := harness.EventsApplied(ctx, reg, cfg.Model)
 	res, err := generate(ctx, genConfig{
 		conns: cs, reqs: reqs, rate: cfg.Rate, warmup: cfg.Warmup, duration: cfg.Duration,
 		clients: cfg.Clients, stream: cfg.Stream, null: cfg.Null, router: r.router,
@@ -231,7 +232,7 @@ func (r *run) measure(ctx context.Context, reg kvrouterv1.RegistryClient) error 
 	if err != nil {
 		return err
 	}
-	applied1, _ := replay.EventsApplied(ctx, reg, cfg.Model)
+	applied1, _ := harness.EventsApplied(ctx, reg, cfg.Model)
 	r.report(res, len(reqs[0]), applied1-applied0, idleCores)
 	return nil
 }

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"fmt"
 	"io"
@@ -18,7 +20,7 @@ import (
 
 // runPolicy runs one variant on a fresh fleet (and fresh routers).
 func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult, error) {
-	fleet, err := StartFleet(FleetConfig{
+	fleet, err := harness.StartFleet(harness.FleetConfig{
 		Engines: cfg.Engines,
 		Replay:  true,
 		Engine: engine.Config{
@@ -114,7 +116,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	}
 	res.PrefillImbalance = stats.Imbalance(work)
 	if cfg.Text != nil && side != nil && side.router != nil {
-		res.Tokenization = side.router.tokenizationCheck()
+		res.Tokenization = tokenizationCheck(side.router)
 	}
 	sp.fill(res, tot)
 	res.SyncLag = lag
@@ -141,17 +143,17 @@ func hitRate(s engine.Stats) float64 {
 type routerSide struct {
 	choose ChooseFunc
 	marks  kvrouterv1.RouterClient
-	router *Router
-	reps   *Replicas
+	router *harness.Router
+	reps   *harness.Replicas
 	gw     *Gateway
 	epp    *EPPGateway // PolicyKVEPP: requests go through the endpoint picker
 	http   *HTTPSide   // PolicyKVEPPHTTP: and through bench's HTTP gateway
-	nats   *NATS
-	tap    *NATSTap
+	nats   *harness.NATS
+	tap    *harness.NATSTap
 	logs   []*os.File
 }
 
-func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *Fleet) (_ *routerSide, err error) {
+func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *harness.Fleet) (_ *routerSide, err error) {
 	rc := cfg.Router
 	rc.BlockSize = cfg.BlockSize
 	rc.Args = append([]string(nil), cfg.Router.Args...)
@@ -188,7 +190,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	}
 	if v.replicas == 0 {
 		rc.Log = logFor(logName)
-		if s.router, err = StartRouter(ctx, rc); err != nil {
+		if s.router, err = harness.StartRouter(ctx, rc); err != nil {
 			return nil, err
 		}
 		if v.policy == PolicyKVEPPHTTP {
@@ -211,15 +213,15 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 		}
 		return s, nil
 	}
-	rcfg := ReplicasConfig{N: v.replicas, Router: rc,
+	rcfg := harness.ReplicasConfig{N: v.replicas, Router: rc,
 		Logs: func(i int) io.Writer { return logFor(logName + "-" + strconv.Itoa(i)) }}
 	if v.sync {
-		if s.nats, err = StartNATS(0); err != nil {
+		if s.nats, err = harness.StartNATS(0); err != nil {
 			return nil, err
 		}
 		rcfg.NATSURL = s.nats.URL()
 	}
-	if s.reps, err = StartReplicas(ctx, rcfg); err != nil {
+	if s.reps, err = harness.StartReplicas(ctx, rcfg); err != nil {
 		return nil, err
 	}
 	if err = s.reps.Register(ctx, fleet, cfg.Model, 20*time.Second); err != nil {
@@ -271,8 +273,8 @@ func (s *routerSide) close() {
 // sideCounters are the cumulative counters a run's figures are deltas of.
 type sideCounters struct {
 	cpu   time.Duration
-	nats  NATSTraffic // the server's, less what it sent the tap
-	flows map[string]NATSFlow
+	nats  harness.NATSTraffic // the server's, less what it sent the tap
+	flows map[string]harness.NATSFlow
 }
 
 func (s *routerSide) counters() (sideCounters, error) {
@@ -345,10 +347,10 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	if s.nats != nil {
 		d := after.nats.Sub(before.nats)
 		res.NATS = &d
-		res.NATSPublished = map[string]NATSFlow{}
+		res.NATSPublished = map[string]harness.NATSFlow{}
 		for k, f := range after.flows {
 			b := before.flows[k]
-			res.NATSPublished[k] = NATSFlow{Msgs: f.Msgs - b.Msgs, Bytes: f.Bytes - b.Bytes}
+			res.NATSPublished[k] = harness.NATSFlow{Msgs: f.Msgs - b.Msgs, Bytes: f.Bytes - b.Bytes}
 		}
 		if routes > 0 {
 			res.NATSMsgsPerRoute = float64(d.InMsgs+d.OutMsgs) / float64(routes)
@@ -374,7 +376,7 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	}
 	if s.epp != nil || s.http != nil {
 		// Only the picker's marks finish requests here: none may be left.
-		one := &Replicas{Routers: []*Router{s.router}}
+		one := &harness.Replicas{Routers: []*harness.Router{s.router}}
 		if res.ActiveAfter, err = one.ActiveAfter(ctx, 3*time.Second); err != nil {
 			return err
 		}
@@ -404,7 +406,7 @@ func drainEventsApplied(ctx context.Context, reg kvrouterv1.RegistryClient, mode
 	deadline := time.Now().Add(10 * time.Second)
 	var last uint64
 	for stable := 0; ; {
-		n, err := EventsApplied(ctx, reg, model)
+		n, err := harness.EventsApplied(ctx, reg, model)
 		if err != nil {
 			return 0, err
 		}
@@ -426,7 +428,7 @@ func drainEventsApplied(ctx context.Context, reg kvrouterv1.RegistryClient, mode
 // replicas, kills one.
 type splitter struct {
 	at     int // request index; -1: no split
-	fleet  *Fleet
+	fleet  *harness.Fleet
 	side   *routerSide
 	victim int
 	start  time.Time
@@ -439,7 +441,7 @@ type splitter struct {
 	fo     *Failover
 }
 
-func newSplitter(cfg CompareConfig, v variant, fleet *Fleet, side *routerSide) *splitter {
+func newSplitter(cfg CompareConfig, v variant, fleet *harness.Fleet, side *routerSide) *splitter {
 	sp := &splitter{at: -1, fleet: fleet, side: side, victim: cfg.KillReplica, done: make(chan struct{}), start: time.Now()}
 	if cfg.KillAt > 0 && len(cfg.Requests) > 0 {
 		sp.at = int(cfg.KillAt * float64(len(cfg.Requests)))
@@ -517,7 +519,7 @@ type lagProbe struct {
 // probe that reports nothing when the run has no such pair.
 func startLagProbe(ctx context.Context, cfg CompareConfig, v variant, side *routerSide) *lagProbe {
 	p := &lagProbe{done: make(chan struct{})}
-	var pair []*Router
+	var pair []*harness.Router
 	if side != nil && side.reps != nil && v.sync && cfg.SyncLagProbes > 0 && v.policy == PolicyKV {
 		for i, r := range side.reps.Routers {
 			if cfg.KillAt > 0 && i == cfg.KillReplica {

@@ -8,11 +8,12 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 )
 
 // waitServing polls grpc.health.v1 until SERVING, noting NOT_SERVING.
-func (r *run) waitServing(ctx context.Context, rt *replay.Router, res *Result) error {
+func (r *run) waitServing(ctx context.Context, rt *harness.Router, res *Result) error {
 	deadline := rt.Started.Add(r.cfg.Timeout)
 	var firstNot time.Time
 	for {
@@ -96,7 +97,7 @@ func (r *run) truth(rng *rand.Rand) *replay.Truth {
 // every rank that must be exact is, then (catch-up only) a little longer for
 // every rank's restore outcome, or until the timeout. It returns the first
 // exact check and the time from since to it, else the last check and false.
-func (r *run) pollExact(ctx context.Context, rt *replay.Router, truth *replay.Truth, must func(int, *replay.RankCheck) bool, since time.Time, catchUp bool) (*replay.ExactCheck, time.Duration, bool, error) {
+func (r *run) pollExact(ctx context.Context, rt *harness.Router, truth *replay.Truth, must func(int, *replay.RankCheck) bool, since time.Time, catchUp bool) (*replay.ExactCheck, time.Duration, bool, error) {
 	exact := func(c *replay.ExactCheck) bool {
 		if len(c.Registry) > 0 {
 			return false

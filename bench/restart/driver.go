@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 )
 
@@ -61,7 +62,7 @@ func (r *run) drive(ctx context.Context) (*Result, error) {
 
 // launch starts a router on the run's state dir (and, after the first, on
 // the first one's addresses), logging to router-N.log in the work dir.
-func (r *run) launch(n int) (*replay.Router, string, error) {
+func (r *run) launch(n int) (*harness.Router, string, error) {
 	logPath := filepath.Join(r.workDir, fmt.Sprintf("router-%d.log", n))
 	lf, err := os.Create(logPath)
 	if err != nil {
@@ -70,7 +71,7 @@ func (r *run) launch(n int) (*replay.Router, string, error) {
 	// The router owns the file through its stdout/stderr; closing our handle
 	// once the process has it open is safe.
 	defer lf.Close()
-	rt, err := replay.LaunchRouter(replay.RouterConfig{
+	rt, err := harness.LaunchRouter(harness.RouterConfig{
 		Bin: r.cfg.RouterBin, GRPCAddr: r.grpcAddr, HTTPAddr: r.httpAddr, Args: r.args, Log: lf,
 	})
 	if err != nil {
@@ -82,7 +83,7 @@ func (r *run) launch(n int) (*replay.Router, string, error) {
 
 // startFirst starts the first router and registers the fleet over gRPC, so
 // the registry must survive the kill.
-func (r *run) startFirst(ctx context.Context) (*replay.Router, error) {
+func (r *run) startFirst(ctx context.Context) (*harness.Router, error) {
 	first, log1, err := r.launch(1)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ type phase1 struct {
 // replayThroughKill replays the schedule up to res.KillAt plus the
 // downtime, kills the router with SIGKILL at res.KillAt, sets res.Expect
 // from the engines' seqs and takes the truth while the engines are quiet.
-func (r *run) replayThroughKill(ctx context.Context, first *replay.Router, res *Result) (phase1, error) {
+func (r *run) replayThroughKill(ctx context.Context, first *harness.Router, res *Result) (phase1, error) {
 	cfg := r.cfg
 	end1 := simOf(res.KillAt+cfg.Downtime, cfg.SpeedUp)
 	k := sort.Search(len(r.sched), func(i int) bool { return r.sched[i].Arrival > end1 })
@@ -234,7 +235,7 @@ type killer struct {
 	err  error
 }
 
-func (r *run) startKiller(ctx context.Context, rt *replay.Router, at time.Time, killAt time.Duration) *killer {
+func (r *run) startKiller(ctx context.Context, rt *harness.Router, at time.Time, killAt time.Duration) *killer {
 	k := &killer{done: make(chan struct{})}
 	go func() {
 		defer close(k.done)
@@ -275,7 +276,7 @@ func (r *run) expectations(seqBefore, seqKill, seqDown []uint64) []RankExpect {
 
 // restart starts the second router on the same state dir and addresses,
 // times health SERVING and, with Reregister, registers the fleet again.
-func (r *run) restart(ctx context.Context, res *Result, killTime time.Time) (*replay.Router, string, error) {
+func (r *run) restart(ctx context.Context, res *Result, killTime time.Time) (*harness.Router, string, error) {
 	second, log2, err := r.launch(2)
 	if err != nil {
 		return nil, log2, err
@@ -303,7 +304,7 @@ func (r *run) restart(ctx context.Context, res *Result, killTime time.Time) (*re
 // liveAfter replays cfg.After of live events from schedule index k on the
 // restored router, then checks it once more (res.Final). A router that does
 // not subscribe again is a failure, not an error.
-func (r *run) liveAfter(ctx context.Context, rt *replay.Router, k int, res *Result) error {
+func (r *run) liveAfter(ctx context.Context, rt *harness.Router, k int, res *Result) error {
 	cfg := r.cfg
 	if err := r.waitSubscribed(ctx, 5*time.Second); err != nil {
 		res.Failures = append(res.Failures, err.Error())

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -122,7 +123,7 @@ type run struct {
 	cfg      Config
 	out      io.Writer
 	logf     func(string, ...any)
-	fleet    *replay.Fleet
+	fleet    *harness.Fleet
 	sched    []trace.Request
 	orig     []int // sched[i] is the trace's request orig[i]
 	workDir  string
@@ -131,7 +132,7 @@ type run struct {
 	grpcAddr string
 	httpAddr string
 
-	live     atomic.Pointer[replay.Router] // nil while the router is down
+	live     atomic.Pointer[harness.Router] // nil while the router is down
 	mu       sync.Mutex
 	served   [][]int // per engine, schedule indices it served
 	routed   atomic.Int64
@@ -194,12 +195,12 @@ func (r *run) setup() error {
 	switch {
 	case !cfg.NoState:
 		r.args = append(r.args, "--state-dir", r.stateDir, "--snapshot-interval", cfg.Snapshot.String())
-	case replay.RouterHasFlag(cfg.RouterBin, "state-dir"):
+	case harness.RouterHasFlag(cfg.RouterBin, "state-dir"):
 		r.args = append(r.args, "--state-dir", "none") // persistence is on by default
 	}
 
 	var err error
-	r.fleet, err = replay.StartFleet(replay.FleetConfig{
+	r.fleet, err = harness.StartFleet(harness.FleetConfig{
 		Engines: cfg.Engines, Replay: true,
 		Engine: engine.Config{CapacityBlocks: cfg.Capacity, Format: cfg.Format, ReplayBuffer: cfg.Buffer},
 		Configure: func(i int, c *engine.Config) {

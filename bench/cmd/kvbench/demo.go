@@ -16,6 +16,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/sweep"
 	"github.com/kvrouter/kvrouter/bench/trace"
@@ -105,17 +106,17 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fleetCfg := replay.FleetConfig{
+	fleetCfg := harness.FleetConfig{
 		Engines: *engines, Replay: true,
 		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode,
 			Model: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq},
 	}
-	fleet, err := replay.StartFleet(fleetCfg)
+	fleet, err := harness.StartFleet(fleetCfg)
 	if err != nil {
 		return err
 	}
 	defer fleet.Close()
-	rc := replay.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
+	rc := harness.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
 		Args: strings.Fields(*routerArg), Log: os.Stderr}
 	var be *demoBackend
 	if *replicas > 1 {
@@ -140,7 +141,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if *compare {
 		// The baseline: an identical fleet no router follows, the same
 		// trace on the same clock, engines chosen round-robin.
-		rrFleet, err := replay.StartFleet(fleetCfg)
+		rrFleet, err := harness.StartFleet(fleetCfg)
 		if err != nil {
 			return err
 		}
@@ -212,7 +213,7 @@ a request holds them.)
 `, len(be.grpc), be.nats.URL(), be.nats.StoreDir())
 		for i := range be.grpc {
 			fmt.Fprintf(&b, "  %s  grpcurl -plaintext %s grpc.health.v1.Health/Check; curl -s http://%s/metrics | grep '^kvrouter_'\n",
-				replay.ReplicaID(i), local(be.grpc[i]), local(be.http[i]))
+				harness.ReplicaID(i), local(be.grpc[i]), local(be.http[i]))
 		}
 		fmt.Fprintf(&b, `A worker registered on one replica is listed by all, e.g.
   grpcurl -plaintext -d '{"worker":{"worker_id":"extra","model":"%[1]s","endpoint":"sim://extra","kv_events_endpoint":"tcp://127.0.0.1:1","dp_size":1,"block_size":16}}' %[2]s kvrouter.v1.Registry/RegisterWorker
@@ -233,18 +234,18 @@ type demoBackend struct {
 	choose     replay.ChooseFunc
 	marks      kvrouterv1.RouterClient
 	grpc, http []string
-	routers    []*replay.Router
+	routers    []*harness.Router
 	gw         *replay.Gateway
-	nats       *replay.NATS
+	nats       *harness.NATS
 	log        *slog.Logger
 }
 
-func startDemoRouter(ctx context.Context, rc replay.RouterConfig, fleet *replay.Fleet, model string, log *slog.Logger) (*demoBackend, error) {
-	router, err := replay.StartRouter(ctx, rc)
+func startDemoRouter(ctx context.Context, rc harness.RouterConfig, fleet *harness.Fleet, model string, log *slog.Logger) (*demoBackend, error) {
+	router, err := harness.StartRouter(ctx, rc)
 	if err != nil {
 		return nil, err
 	}
-	be := &demoBackend{routers: []*replay.Router{router}, log: log,
+	be := &demoBackend{routers: []*harness.Router{router}, log: log,
 		grpc: []string{router.GRPCAddr}, http: []string{router.HTTPAddr},
 		choose: replay.RouterChooser(router.Router, fleet, model), marks: router.Router}
 	if err := fleet.Register(ctx, router.Registry, model, 20*time.Second); err != nil {
@@ -254,18 +255,18 @@ func startDemoRouter(ctx context.Context, rc replay.RouterConfig, fleet *replay.
 	return be, nil
 }
 
-func startDemoReplicas(ctx context.Context, rc replay.RouterConfig, n, natsPort int, fleet *replay.Fleet, model string, log *slog.Logger) (_ *demoBackend, err error) {
+func startDemoReplicas(ctx context.Context, rc harness.RouterConfig, n, natsPort int, fleet *harness.Fleet, model string, log *slog.Logger) (_ *demoBackend, err error) {
 	be := &demoBackend{log: log}
 	defer func() {
 		if err != nil {
 			be.close()
 		}
 	}()
-	if be.nats, err = replay.StartNATS(natsPort); err != nil {
+	if be.nats, err = harness.StartNATS(natsPort); err != nil {
 		return nil, err
 	}
 	log.Info("embedded NATS server", "url", be.nats.URL(), "jetstream_dir", be.nats.StoreDir())
-	reps, err := replay.StartReplicas(ctx, replay.ReplicasConfig{N: n, Router: rc, NATSURL: be.nats.URL()})
+	reps, err := harness.StartReplicas(ctx, harness.ReplicasConfig{N: n, Router: rc, NATSURL: be.nats.URL()})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -20,7 +21,7 @@ const ttftWindow = 2000
 // times to first token of its most recent requests.
 type side struct {
 	name  string
-	fleet *replay.Fleet
+	fleet *harness.Fleet
 
 	mu   sync.Mutex
 	ttft []time.Duration // ring of the last ttftWindow

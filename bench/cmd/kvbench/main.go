@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -196,7 +197,7 @@ func parseCompare(args []string) (compareRun, error) {
 		Engines: *engines, Capacity: *capacity, SpeedUp: *speedUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
 		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq,
-		Router:   replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
+		Router:   harness.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		Policies: splitList(*policies), Progress: os.Stderr, Seed: *seed,
 		Sync: sync, Marks: *marks, KillReplica: *victim, Rounds: *rounds, RoutesToFirst: *toFirst, SyncLagProbes: *lagProbes,
 	}

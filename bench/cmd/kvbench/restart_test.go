@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/restart"
 )
 
@@ -24,7 +24,7 @@ func TestRestartShort(t *testing.T) {
 		t.Skip("starts a router and four engines for about 20 s")
 	}
 	bin := buildRouter(t)
-	supported := replay.RouterHasFlag(bin, "state-dir")
+	supported := harness.RouterHasFlag(bin, "state-dir")
 	args := []string{"--short", "--router-bin", bin}
 	if !supported {
 		args = append(args, "--no-state", "--reregister")

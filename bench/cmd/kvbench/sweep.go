@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
-	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/sweep"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -90,7 +90,7 @@ func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 		Engines: *engines, SpeedUp: *speedUp, FastSpeedUp: *fastUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
 		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq,
-		Router: replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
+		Router: harness.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		OutDir: *outDir, Progress: log,
 	}
 	for _, s := range splitList(*caps) {
