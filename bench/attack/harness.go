@@ -253,6 +253,8 @@ func (r *Result) verdict() string {
 }
 
 // measure runs one attack between honest measurements.
+// It is longer than ~80 lines: the phases around one attack share their
+// samples and fill one Result in order.
 func (e *env) measure(ctx context.Context, h *honest, a attack) *Result {
 	res := &Result{Name: a.name, What: a.what, MaxRPCCPUSec: -1}
 	e.notes, e.rpcCPU = nil, -1

@@ -57,6 +57,7 @@ func demoChat(engines int, prefillPerToken time.Duration, load float64) ([]trace
 // runDemo starts the router and a few simulated engines and replays a trace
 // slice in a loop until ctx ends, and the same slice round-robin on a
 // second fleet, printing a line that compares the two every few seconds.
+// It is longer than ~80 lines for its flag list, one line per flag.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	var (
@@ -84,18 +85,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var (
-		reqs []trace.Request
-		err  error
-	)
-	switch *workload {
-	case "chat":
-		reqs, err = demoChat(*engines, tm.prefill, *load)
-	case "trace":
-		reqs, err = loadDemoTrace(findTrace(*tracePath), *slice, *idTokens, log)
-	default:
-		err = fmt.Errorf("demo: --workload %q: want chat or trace", *workload)
-	}
+	reqs, err := demoWorkload(*workload, *engines, tm.prefill, *load, *tracePath, *slice, *idTokens, log)
 	if err != nil {
 		return err
 	}
@@ -139,45 +129,17 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	defer wg.Wait()
 	var rr *side
 	if *compare {
-		// The baseline: an identical fleet no router follows, the same
-		// trace on the same clock, engines chosen round-robin.
-		rrFleet, err := harness.StartFleet(fleetCfg)
-		if err != nil {
+		var closeRR func()
+		if rr, closeRR, err = startRoundRobin(ctx, &wg, fleetCfg, reqs, clock, *engines, log); err != nil {
 			return err
 		}
-		defer rrFleet.Close()
-		rr = &side{name: "round-robin", fleet: rrFleet}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(*engines), nil, nil, log); err != nil {
-				log.Error("round-robin replay stopped", "err", err)
-			}
-		}()
+		defer closeRR()
 	}
 	fmt.Fprint(out, comparisonHeader(*every))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(*every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if rr != nil {
-				fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
-			} else {
-				fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
-			}
-			if be.gw != nil {
-				g := be.gw.Stats()
-				log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
-					"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
-			}
-		}
+		printComparisons(ctx, out, *every, kv, rr, be, log)
 	}()
 	err = playLoop(ctx, kv, reqs, clock, be.choose, be.marks, be.exited, log)
 	if ctx.Err() != nil {
@@ -185,6 +147,67 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cancel()
 	return err
+}
+
+// startRoundRobin starts the baseline: an identical fleet no router
+// follows, the same trace on the same clock, engines chosen round-robin.
+// The returned function closes its fleet.
+func startRoundRobin(ctx context.Context, wg *sync.WaitGroup, fleetCfg harness.FleetConfig, reqs []trace.Request, clock replay.Clock, engines int, log *slog.Logger) (*side, func(), error) {
+	rrFleet, err := harness.StartFleet(fleetCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	rr := &side{name: "round-robin", fleet: rrFleet}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(engines), nil, nil, log); err != nil {
+			log.Error("round-robin replay stopped", "err", err)
+		}
+	}()
+	return rr, rrFleet.Close, nil
+}
+
+// demoWorkload is the demo's requests: a generated chat trace at load, or
+// the first slice requests of the Mooncake trace.
+func demoWorkload(workload string, engines int, prefill time.Duration, load float64, tracePath string, slice, idTokens int, log *slog.Logger) ([]trace.Request, error) {
+	var (
+		reqs []trace.Request
+		err  error
+	)
+	switch workload {
+	case "chat":
+		reqs, err = demoChat(engines, prefill, load)
+	case "trace":
+		reqs, err = loadDemoTrace(findTrace(tracePath), slice, idTokens, log)
+	default:
+		err = fmt.Errorf("demo: --workload %q: want chat or trace", workload)
+	}
+	return reqs, err
+}
+
+// printComparisons prints the comparison line (and, with replicas, the
+// gateway's counters) every interval until ctx ends.
+func printComparisons(ctx context.Context, out io.Writer, every time.Duration, kv, rr *side, be *demoBackend, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if rr != nil {
+			fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
+		} else {
+			fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
+		}
+		if be.gw != nil {
+			g := be.gw.Stats()
+			log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
+				"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
+		}
+	}
 }
 
 func printTryCommands(be *demoBackend, model string, r trace.Request) {

@@ -138,6 +138,7 @@ type compareRun struct {
 }
 
 // parseCompare reads kvbench compare's flags and loads the trace.
+// It is longer than ~80 lines for its flag list, one line per flag.
 func parseCompare(args []string) (compareRun, error) {
 	fs := flag.NewFlagSet("kvbench compare", flag.ContinueOnError)
 	var (

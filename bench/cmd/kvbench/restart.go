@@ -23,6 +23,8 @@ var shortRestart = map[string]string{
 	"after": "2s", "snapshot-interval": "1s", "exact-timeout": "15s", "samples": "50",
 }
 
+// parseRestart parses `kvbench restart`'s flags and loads the trace. It is
+// longer than ~80 lines for its flag list, one line per flag.
 func parseRestart(args []string, progress io.Writer) (restart.Config, error) {
 	fs := flag.NewFlagSet("kvbench restart", flag.ContinueOnError)
 	var (

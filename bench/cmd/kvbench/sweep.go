@@ -32,6 +32,7 @@ var sweepShort = map[string]string{
 
 // parseSweep reads kvbench sweep's flags and builds the matrix (loading and
 // generating its traces).
+// It is longer than ~80 lines for its flag list, one line per flag.
 func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 	fs := flag.NewFlagSet("kvbench sweep", flag.ContinueOnError)
 	var names []string
