@@ -19,9 +19,6 @@ import (
 )
 
 // runPolicy runs one variant on a fresh fleet (and fresh routers).
-// It is longer than the ~80 lines bench allows itself: its steps run in
-// order on one fleet and one router side, each with its deferred cleanup,
-// and read best as one sequence.
 func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult, error) {
 	fleet, err := harness.StartFleet(harness.FleetConfig{
 		Engines: cfg.Engines,
@@ -61,22 +58,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	}
 	sp := newSplitter(cfg, v, fleet, side)
 
-	pc := PlayConfig{
-		Fleet: fleet, Requests: cfg.Requests, Choose: sp.wrap(choose), IDPrefix: v.policy + "-",
-		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
-		Text:  cfg.Text, Body: cfg.TextBody,
-	}
-	if side != nil {
-		pc.Router = side.marks
-	}
-	if cfg.Progress != nil {
-		label := v.label()
-		pc.OnProgress = func(p Progress) {
-			t := fleet.Totals()
-			fmt.Fprintf(cfg.Progress, "%-22s %6d/%d requests  trace time %-9s  lag %-8s  hit %.1f%%\n",
-				label, p.Dispatched, p.Total, p.Sim.Truncate(time.Second), p.Lag.Truncate(time.Millisecond), 100*hitRate(t))
-		}
-	}
+	pc := playConfig(cfg, v, fleet, side, sp.wrap(choose))
 	var before sideCounters
 	if side != nil {
 		if before, err = side.counters(); err != nil {
@@ -91,6 +73,48 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		return nil, err
 	}
 	tot := fleet.Totals()
+	res := newPolicyResult(v, pr, tot, fleet)
+	if cfg.Text != nil && side != nil && side.router != nil {
+		res.Tokenization = tokenizationCheck(side.router)
+	}
+	sp.fill(res, tot)
+	res.SyncLag = lag
+	if lagErr != nil {
+		res.SyncLagError = lagErr.Error()
+	}
+	if side != nil {
+		if err := side.finish(ctx, cfg.Model, res, before, tot.Events, pr); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// playConfig is the replay of one variant: choices by choose, marks to
+// the router side (if any), a progress line to cfg.Progress.
+func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *routerSide, choose ChooseFunc) PlayConfig {
+	pc := PlayConfig{
+		Fleet: fleet, Requests: cfg.Requests, Choose: choose, IDPrefix: v.policy + "-",
+		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
+		Text:  cfg.Text, Body: cfg.TextBody,
+	}
+	if side != nil {
+		pc.Router = side.marks
+	}
+	if cfg.Progress != nil {
+		label := v.label()
+		pc.OnProgress = func(p Progress) {
+			t := fleet.Totals()
+			fmt.Fprintf(cfg.Progress, "%-22s %6d/%d requests  trace time %-9s  lag %-8s  hit %.1f%%\n",
+				label, p.Dispatched, p.Total, p.Sim.Truncate(time.Second), p.Lag.Truncate(time.Millisecond), 100*hitRate(t))
+		}
+	}
+	return pc
+}
+
+// newPolicyResult is the figures of one played variant that the fleet and
+// the player measured (the router side adds its own).
+func newPolicyResult(v variant, pr *PlayResult, tot engine.Stats, fleet *harness.Fleet) *PolicyResult {
 	res := &PolicyResult{
 		Policy: v.policy, Requests: pr.Requests, Replicas: v.replicas, Sync: v.sync, Round: v.round,
 		PromptBlocks: tot.PromptBlocks, CachedBlocks: tot.CachedBlocks, HitRate: hitRate(tot),
@@ -108,8 +132,8 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		res.RouterHitRate = float64(pr.RouterMatched) / float64(pr.RouterPromptBlocks)
 	}
 	loads := make([]float64, len(pr.PromptTokens))
-	for i, v := range pr.PromptTokens {
-		loads[i] = float64(v)
+	for i, n := range pr.PromptTokens {
+		loads[i] = float64(n)
 	}
 	res.Imbalance = stats.Imbalance(loads)
 	work := make([]float64, len(fleet.Engines))
@@ -118,20 +142,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
 	}
 	res.PrefillImbalance = stats.Imbalance(work)
-	if cfg.Text != nil && side != nil && side.router != nil {
-		res.Tokenization = tokenizationCheck(side.router)
-	}
-	sp.fill(res, tot)
-	res.SyncLag = lag
-	if lagErr != nil {
-		res.SyncLagError = lagErr.Error()
-	}
-	if side != nil {
-		if err := side.finish(ctx, cfg.Model, res, before, tot.Events, pr); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return res
 }
 
 func hitRate(s engine.Stats) float64 {
