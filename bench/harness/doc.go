@@ -5,5 +5,5 @@
 // (StartFleet). Everything talks to the router the way production does:
 // gRPC, ZeroMQ and HTTP. The replay comparison (bench/replay), the load
 // generator (bench/load), the restart scenario (bench/restart), the attack
-// suite (bench/attack) and `kvbench demo` all build on it.
+// suite (bench/attack) and the demo (bench/demo) all build on it.
 package harness

@@ -11,14 +11,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/demo"
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/harness"
-	"github.com/kvrouter/kvrouter/bench/replay"
-	"github.com/kvrouter/kvrouter/bench/sweep"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
@@ -39,25 +36,9 @@ func loadDemoTrace(path string, limit, idTokens int, log *slog.Logger) ([]trace.
 	return trace.Parse(bytes.NewReader(demoTrace), limit)
 }
 
-// demoChat is a generated multi-turn chat trace (five minutes after a
-// two-minute warm-up, the generator's defaults otherwise) whose arrivals are
-// stretched so that its prefill work is load of what engines can do.
-func demoChat(engines int, prefillPerToken time.Duration, load float64) ([]trace.Request, error) {
-	if load <= 0 {
-		return nil, fmt.Errorf("demo: --load %v must be > 0", load)
-	}
-	tr, err := sweep.Generate("chat", "", 1, 5*time.Minute, 2*time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	reqs, _ := sweep.ScaleLoad(tr.Reqs, engines, prefillPerToken, load)
-	return reqs, nil
-}
-
 // runDemo starts the router and a few simulated engines and replays a trace
 // slice in a loop until ctx ends, and the same slice round-robin on a
 // second fleet, printing a line that compares the two every few seconds.
-// It is longer than ~80 lines for its flag list, one line per flag.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	var (
@@ -101,71 +82,13 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode,
 			Model: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq},
 	}
-	fleet, err := harness.StartFleet(fleetCfg)
-	if err != nil {
-		return err
-	}
-	defer fleet.Close()
-	rc := harness.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
-		Args: strings.Fields(*routerArg), Log: os.Stderr}
-	var be *demoBackend
-	if *replicas > 1 {
-		be, err = startDemoReplicas(ctx, rc, *replicas, *natsPort, fleet, *model, log)
-	} else {
-		be, err = startDemoRouter(ctx, rc, fleet, *model, log)
-	}
-	if err != nil {
-		return err
-	}
-	defer be.close()
-	log.Info("demo running", "routers", len(be.grpc), "engines", *engines, "requests_per_pass", len(reqs))
-	printTryCommands(be, *model, reqs[0])
-
-	kv := &side{name: "kvrouter", fleet: fleet}
-	clock := replay.Clock{T0: time.Now(), SpeedUp: *speedUp}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var rr *side
-	if *compare {
-		var closeRR func()
-		if rr, closeRR, err = startRoundRobin(ctx, &wg, fleetCfg, reqs, clock, *engines, log); err != nil {
-			return err
-		}
-		defer closeRR()
-	}
-	fmt.Fprint(out, comparisonHeader(*every))
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		printComparisons(ctx, out, *every, kv, rr, be, log)
-	}()
-	err = playLoop(ctx, kv, reqs, clock, be.choose, be.marks, be.exited, log)
-	if ctx.Err() != nil {
-		log.Info("stopping")
-	}
-	cancel()
-	return err
-}
-
-// startRoundRobin starts the baseline: an identical fleet no router
-// follows, the same trace on the same clock, engines chosen round-robin.
-// The returned function closes its fleet.
-func startRoundRobin(ctx context.Context, wg *sync.WaitGroup, fleetCfg harness.FleetConfig, reqs []trace.Request, clock replay.Clock, engines int, log *slog.Logger) (*side, func(), error) {
-	rrFleet, err := harness.StartFleet(fleetCfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	rr := &side{name: "round-robin", fleet: rrFleet}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(engines), nil, nil, log); err != nil {
-			log.Error("round-robin replay stopped", "err", err)
-		}
-	}()
-	return rr, rrFleet.Close, nil
+	return demo.Run(ctx, demo.Config{
+		Requests: reqs, Fleet: fleetCfg,
+		Router: harness.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
+			Args: strings.Fields(*routerArg), Log: os.Stderr},
+		Replicas: *replicas, NATSPort: *natsPort, Model: *model, SpeedUp: *speedUp,
+		Every: *every, Compare: *compare, Out: out, Try: os.Stderr, Log: log,
+	})
 }
 
 // demoWorkload is the demo's requests: a generated chat trace at load, or
@@ -177,158 +100,11 @@ func demoWorkload(workload string, engines int, prefill time.Duration, load floa
 	)
 	switch workload {
 	case "chat":
-		reqs, err = demoChat(engines, prefill, load)
+		reqs, err = demo.Chat(engines, prefill, load)
 	case "trace":
 		reqs, err = loadDemoTrace(findTrace(tracePath), slice, idTokens, log)
 	default:
 		err = fmt.Errorf("demo: --workload %q: want chat or trace", workload)
 	}
 	return reqs, err
-}
-
-// printComparisons prints the comparison line (and, with replicas, the
-// gateway's counters) every interval until ctx ends.
-func printComparisons(ctx context.Context, out io.Writer, every time.Duration, kv, rr *side, be *demoBackend, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if rr != nil {
-			fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
-		} else {
-			fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
-		}
-		if be.gw != nil {
-			g := be.gw.Stats()
-			log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
-				"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
-		}
-	}
-}
-
-func printTryCommands(be *demoBackend, model string, r trace.Request) {
-	toks := r.Tokens(nil)[:48]
-	ids := make([]string, len(toks))
-	for i, t := range toks {
-		ids[i] = fmt.Sprint(t)
-	}
-	local := func(a string) string { return strings.Replace(a, "127.0.0.1", "localhost", 1) }
-	g := local(be.grpc[0])
-	var b strings.Builder
-	fmt.Fprintf(&b, `
-Try it (in another terminal):
-  grpcurl -plaintext %[1]s list
-  grpcurl -plaintext -d '{"model":"%[2]s"}' %[1]s kvrouter.v1.Registry/ListWorkers
-  grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Score
-  grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Route
-  curl -s http://%[4]s/metrics | grep '^kvrouter_'
-  status page (workers and ranks, routing gain, recent decisions): http://%[4]s/status
-(The token ids are the first 48 tokens of the trace's shared prefix, so every engine that served
-a request holds them.)
-`, g, model, strings.Join(ids, ","), local(be.http[0]))
-	if len(be.grpc) > 1 {
-		fmt.Fprintf(&b, `
-%d replicas share NATS at %s (JetStream in %s); each is a full router:
-`, len(be.grpc), be.nats.URL(), be.nats.StoreDir())
-		for i := range be.grpc {
-			fmt.Fprintf(&b, "  %s  grpcurl -plaintext %s grpc.health.v1.Health/Check; curl -s http://%s/metrics | grep '^kvrouter_'\n",
-				harness.ReplicaID(i), local(be.grpc[i]), local(be.http[i]))
-		}
-		fmt.Fprintf(&b, `A worker registered on one replica is listed by all, e.g.
-  grpcurl -plaintext -d '{"worker":{"worker_id":"extra","model":"%[1]s","endpoint":"sim://extra","kv_events_endpoint":"tcp://127.0.0.1:1","dp_size":1,"block_size":16}}' %[2]s kvrouter.v1.Registry/RegisterWorker
-  grpcurl -plaintext -d '{"model":"%[1]s"}' %[3]s kvrouter.v1.Registry/ListWorkers
-  grpcurl -plaintext -d '{"worker_id":"extra"}' %[3]s kvrouter.v1.Registry/UnregisterWorker
-and a request routed by one replica can be finished on another:
-  grpcurl -plaintext -d '{"request_id":"try-1","prompt":{"model":"%[1]s","token_ids":[%[4]s]}}' %[2]s kvrouter.v1.Router/Route
-  grpcurl -plaintext -d '{"request_id":"try-1"}' %[3]s kvrouter.v1.Router/MarkFinished
-`, model, local(be.grpc[0]), local(be.grpc[1]), strings.Join(ids, ","))
-	}
-	b.WriteString("Stop with Ctrl-C.\n\n")
-	fmt.Fprint(os.Stderr, b.String())
-}
-
-// demoBackend is the router side of the demo: one router, or replicas on an
-// embedded NATS server behind a gateway.
-type demoBackend struct {
-	choose     replay.ChooseFunc
-	marks      kvrouterv1.RouterClient
-	grpc, http []string
-	routers    []*harness.Router
-	gw         *replay.Gateway
-	nats       *harness.NATS
-	log        *slog.Logger
-}
-
-func startDemoRouter(ctx context.Context, rc harness.RouterConfig, fleet *harness.Fleet, model string, log *slog.Logger) (*demoBackend, error) {
-	router, err := harness.StartRouter(ctx, rc)
-	if err != nil {
-		return nil, err
-	}
-	be := &demoBackend{routers: []*harness.Router{router}, log: log,
-		grpc: []string{router.GRPCAddr}, http: []string{router.HTTPAddr},
-		choose: replay.RouterChooser(router.Router, fleet, model), marks: router.Router}
-	if err := fleet.Register(ctx, router.Registry, model, 20*time.Second); err != nil {
-		be.close()
-		return nil, err
-	}
-	return be, nil
-}
-
-func startDemoReplicas(ctx context.Context, rc harness.RouterConfig, n, natsPort int, fleet *harness.Fleet, model string, log *slog.Logger) (_ *demoBackend, err error) {
-	be := &demoBackend{log: log}
-	defer func() {
-		if err != nil {
-			be.close()
-		}
-	}()
-	if be.nats, err = harness.StartNATS(natsPort); err != nil {
-		return nil, err
-	}
-	log.Info("embedded NATS server", "url", be.nats.URL(), "jetstream_dir", be.nats.StoreDir())
-	reps, err := harness.StartReplicas(ctx, harness.ReplicasConfig{N: n, Router: rc, NATSURL: be.nats.URL()})
-	if err != nil {
-		return nil, err
-	}
-	be.routers = reps.Routers
-	for _, r := range reps.Routers {
-		be.grpc, be.http = append(be.grpc, r.GRPCAddr), append(be.http, r.HTTPAddr)
-	}
-	if err = reps.Register(ctx, fleet, model, 20*time.Second); err != nil {
-		return nil, err
-	}
-	if be.gw, err = replay.NewGateway(replay.GatewayConfig{Addrs: be.grpc}); err != nil {
-		return nil, err
-	}
-	be.choose, be.marks = be.gw.Chooser(fleet, model), be.gw.Marks()
-	return be, nil
-}
-
-// exited reports a router that has exited.
-func (be *demoBackend) exited() error {
-	for i, r := range be.routers {
-		select {
-		case <-r.Exited():
-			return fmt.Errorf("router %d exited: %v", i, r.ExitErr())
-		default:
-		}
-	}
-	return nil
-}
-
-func (be *demoBackend) close() {
-	if be.gw != nil {
-		be.gw.Close()
-	}
-	for _, r := range be.routers {
-		if err := r.Stop(); err != nil {
-			be.log.Warn("stop router", "err", err)
-		}
-	}
-	if be.nats != nil {
-		be.nats.Close()
-	}
 }
