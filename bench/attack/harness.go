@@ -18,6 +18,7 @@ import (
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/stats"
 )
@@ -108,9 +109,9 @@ func (r *Report) Passed() bool {
 // env is what an attack runs against.
 type env struct {
 	cfg    Config
-	rt     *replay.Router
+	rt     *harness.Router
 	bound  *boundLog
-	fleet  *replay.Fleet
+	fleet  *harness.Fleet
 	model  string
 	rng    *rand.Rand
 	scale  scale
@@ -199,12 +200,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"--max-active-requests", fmt.Sprint(cfg.MaxActive), "--max-workers", fmt.Sprint(cfg.MaxWorkers)}, cfg.RouterArgs...)
 	rep := &Report{Router: cfg.RouterBin, Args: args, Short: cfg.Short, Started: time.Now()}
 	bound := newBoundLog(cfg.RouterLog)
-	rt, err := replay.StartRouter(ctx, replay.RouterConfig{Bin: cfg.RouterBin, Args: args, Log: bound})
+	rt, err := harness.StartRouter(ctx, harness.RouterConfig{Bin: cfg.RouterBin, Args: args, Log: bound})
 	if err != nil {
 		return nil, err
 	}
 	defer rt.Stop()
-	fleet, err := replay.StartFleet(replay.FleetConfig{Engines: cfg.Engines, Prefix: "honest",
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: cfg.Engines, Prefix: "honest",
 		Engine: engine.Config{CapacityBlocks: 1 << 18, BlockSize: 16}})
 	if err != nil {
 		return nil, err
@@ -252,6 +253,8 @@ func (r *Result) verdict() string {
 }
 
 // measure runs one attack between honest measurements.
+// It is longer than ~80 lines: the phases around one attack share their
+// samples and fill one Result in order.
 func (e *env) measure(ctx context.Context, h *honest, a attack) *Result {
 	res := &Result{Name: a.name, What: a.what, MaxRPCCPUSec: -1}
 	e.notes, e.rpcCPU = nil, -1

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"fmt"
 	"io"
@@ -30,7 +32,7 @@ var AllPolicies = []string{PolicyKV, PolicyKVNoPredict, PolicyRoundRobin, Policy
 
 // RouterChooser asks the router's Route for every request (with request_id,
 // so the router tracks its load) and maps the chosen worker to the fleet.
-func RouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string) ChooseFunc {
+func RouterChooser(rc kvrouterv1.RouterClient, f *harness.Fleet, model string) ChooseFunc {
 	return func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error) {
 		req := &kvrouterv1.RouteRequest{
 			Prompt:        &kvrouterv1.Prompt{Model: model, TokenIds: tokens},
@@ -48,7 +50,7 @@ func RouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string) ChooseFun
 }
 
 // routeChoice maps a Route answer to the fleet.
-func routeChoice(f *Fleet, resp *kvrouterv1.RouteResponse, lat time.Duration) (Choice, error) {
+func routeChoice(f *harness.Fleet, resp *kvrouterv1.RouteResponse, lat time.Duration) (Choice, error) {
 	i, ok := f.Index(resp.WorkerId)
 	if !ok {
 		return Choice{}, fmt.Errorf("route chose unknown worker %q", resp.WorkerId)
@@ -111,7 +113,7 @@ type CompareConfig struct {
 	// Model is the model name engines register under.
 	Model string
 	// Router is the subprocess template (binary, extra flags).
-	Router RouterConfig
+	Router harness.RouterConfig
 	// Policies to run, in order (default AllPolicies).
 	Policies []string
 	// OutDir receives router logs; empty discards them.
@@ -209,13 +211,13 @@ type PolicyResult struct {
 	// what was published, by kind of subject (load, state, registry,
 	// snapshots, jetstream-api, ...), and Load* the load subjects' share
 	// per Route.
-	NATS              *NATSTraffic        `json:"nats,omitempty"`
-	NATSMsgsPerRoute  float64             `json:"nats_msgs_per_route,omitempty"`
-	NATSBytesPerRoute float64             `json:"nats_bytes_per_route,omitempty"`
-	NATSPublished     map[string]NATSFlow `json:"nats_published,omitempty"`
-	LoadMsgsPerRoute  float64             `json:"nats_load_msgs_published_per_route,omitempty"`
-	LoadBytesPerRoute float64             `json:"nats_load_bytes_published_per_route,omitempty"`
-	Gateway           *GatewayStats       `json:"gateway,omitempty"`
+	NATS              *harness.NATSTraffic        `json:"nats,omitempty"`
+	NATSMsgsPerRoute  float64                     `json:"nats_msgs_per_route,omitempty"`
+	NATSBytesPerRoute float64                     `json:"nats_bytes_per_route,omitempty"`
+	NATSPublished     map[string]harness.NATSFlow `json:"nats_published,omitempty"`
+	LoadMsgsPerRoute  float64                     `json:"nats_load_msgs_published_per_route,omitempty"`
+	LoadBytesPerRoute float64                     `json:"nats_load_bytes_published_per_route,omitempty"`
+	Gateway           *GatewayStats               `json:"gateway,omitempty"`
 	// HTTPGateway is bench's HTTP gateway's totals (PolicyKVEPPHTTP).
 	HTTPGateway *gateway.Stats `json:"http_gateway,omitempty"`
 	// Split is the hit rate before and after the KillAt point; Failover what

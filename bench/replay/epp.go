@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"bytes"
 	"context"
 	"errors"
@@ -69,7 +71,7 @@ func (g *EPPGateway) Close() {
 
 // Chooser routes each request through the picker and maps the endpoint it
 // names (the engine's id: the fleet registers sim://<id>) to the fleet.
-func (g *EPPGateway) Chooser(f *Fleet, model string) ChooseFunc {
+func (g *EPPGateway) Chooser(f *harness.Fleet, model string) ChooseFunc {
 	return func(ctx context.Context, _ int, tokens []uint32, id string) (Choice, error) {
 		t0 := time.Now()
 		sctx, cancel := context.WithCancel(context.Background()) // outlives the choice

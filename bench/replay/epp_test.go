@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"testing"
 	"time"
@@ -15,7 +17,7 @@ import (
 // routed by the picker, the gateway sends no mark, and the picker's marks
 // from the response path leave no request active at the end.
 func TestPlayThroughEPP(t *testing.T) {
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

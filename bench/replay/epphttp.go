@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"bytes"
 	"context"
 	"errors"
@@ -59,7 +61,7 @@ type httpJob struct {
 
 // StartHTTPSide starts one front per engine of the fleet and a gateway in
 // front of the picker at pickerAddr, failing open to the fronts in turn.
-func StartHTTPSide(fleet *Fleet, pickerAddr string) (_ *HTTPSide, err error) {
+func StartHTTPSide(fleet *harness.Fleet, pickerAddr string) (_ *HTTPSide, err error) {
 	s := &HTTPSide{pending: map[string]*httpJob{}}
 	defer func() {
 		if err != nil {

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ import (
 // engine the picker chose with the tokens it was sent with, every response
 // reaches the client whole, and the picker's marks leave no request active.
 func TestPlayThroughHTTPGateway(t *testing.T) {
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

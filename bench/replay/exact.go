@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"fmt"
 	"sort"
@@ -26,7 +28,7 @@ type Truth struct {
 
 // TakeTruth reads the engines' caches for the prompts. No engine may serve a
 // request meanwhile.
-func TakeTruth(f *Fleet, prompts [][]uint32, from []int) *Truth {
+func TakeTruth(f *harness.Fleet, prompts [][]uint32, from []int) *Truth {
 	t := &Truth{Cached: make([]int, len(f.Engines)), Prompts: prompts, From: from, Matched: make([][]int, len(prompts))}
 	for p := range prompts {
 		t.Matched[p] = make([]int, len(f.Engines))
@@ -116,7 +118,7 @@ type ExactCheck struct {
 
 // CheckConfig configures CheckExact.
 type CheckConfig struct {
-	Fleet    *Fleet
+	Fleet    *harness.Fleet
 	Registry kvrouterv1.RegistryClient
 	Router   kvrouterv1.RouterClient
 	Model    string
@@ -174,7 +176,7 @@ func CheckExact(ctx context.Context, cfg CheckConfig) (*ExactCheck, error) {
 }
 
 // workerDiff says how a listed worker differs from what Fleet.Register sent.
-func workerDiff(f *Fleet, i int, model string, w *kvrouterv1.Worker) string {
+func workerDiff(f *harness.Fleet, i int, model string, w *kvrouterv1.Worker) string {
 	e := f.Engines[i]
 	var d []string
 	check := func(field, got, want string) {

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"net"
 	"strings"
@@ -19,7 +21,7 @@ import (
 type mirrorRouter struct {
 	kvrouterv1.UnimplementedRouterServer
 	kvrouterv1.UnimplementedRegistryServer
-	fleet *Fleet
+	fleet *harness.Fleet
 	extra []int
 	shift []int
 }
@@ -48,7 +50,7 @@ func (m *mirrorRouter) Score(_ context.Context, r *kvrouterv1.ScoreRequest) (*kv
 }
 
 func TestCheckExact(t *testing.T) {
-	fleet, err := StartFleet(FleetConfig{Engines: 3, Replay: true, Engine: engine.Config{CapacityBlocks: 200}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 3, Replay: true, Engine: engine.Config{CapacityBlocks: 200}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"errors"
 	"fmt"
@@ -143,7 +145,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, downUntil: make([]atomic.Int64, len(cfg.Addrs)), routesBy: make([]atomic.Int64, len(cfg.Addrs)),
 		calls: new(sync.WaitGroup)}
 	for _, a := range cfg.Addrs {
-		cc, err := grpc.NewClient(dialAddr(a), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(harness.DialAddr(a), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("gateway: dial %s: %w", a, err)
@@ -285,7 +287,7 @@ func (g *Gateway) spread(id string, finished bool) int {
 
 // Chooser is a ChooseFunc asking the replicas' Route in turn (with
 // request_id, so the routers track the request's load).
-func (g *Gateway) Chooser(f *Fleet, model string) ChooseFunc {
+func (g *Gateway) Chooser(f *harness.Fleet, model string) ChooseFunc {
 	return func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error) {
 		req := &kvrouterv1.RouteRequest{
 			Prompt:        &kvrouterv1.Prompt{Model: model, TokenIds: tokens},

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"fmt"
 	"net"
@@ -31,7 +33,7 @@ func serveFake(t *testing.T) (*fakeRouter, *grpc.Server, string) {
 }
 
 func TestGateway(t *testing.T) {
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 100}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestGatewayAllDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := StartFleet(FleetConfig{Engines: 1, Engine: engine.Config{CapacityBlocks: 10}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 1, Engine: engine.Config{CapacityBlocks: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,7 @@ func TestGatewayBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func TestGatewayRoutesToFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

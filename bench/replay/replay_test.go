@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"bytes"
 	"context"
 	"encoding/xml"
@@ -101,7 +103,7 @@ func TestPlayWithRouter(t *testing.T) {
 	defer cc.Close()
 	rc := kvrouterv1.NewRouterClient(cc)
 
-	fleet, err := StartFleet(FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 1000, PrefillPerToken: time.Millisecond, DecodePerToken: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func TestPlayWithRouter(t *testing.T) {
 }
 
 func TestPlayBaselinesAndCancel(t *testing.T) {
-	fleet, err := StartFleet(FleetConfig{Engines: 3, Engine: engine.Config{CapacityBlocks: 100}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 3, Engine: engine.Config{CapacityBlocks: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestReportOutputs(t *testing.T) {
 }
 
 func TestStartRouterMissingBinary(t *testing.T) {
-	_, err := StartRouter(context.Background(), RouterConfig{Bin: "/nonexistent/kvrouter"})
+	_, err := harness.StartRouter(context.Background(), harness.RouterConfig{Bin: "/nonexistent/kvrouter"})
 	if err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("err = %v", err)
 	}

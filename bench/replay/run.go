@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"fmt"
 	"io"
@@ -18,7 +20,7 @@ import (
 
 // runPolicy runs one variant on a fresh fleet (and fresh routers).
 func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult, error) {
-	fleet, err := StartFleet(FleetConfig{
+	fleet, err := harness.StartFleet(harness.FleetConfig{
 		Engines: cfg.Engines,
 		Replay:  true,
 		Engine: engine.Config{
@@ -56,22 +58,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	}
 	sp := newSplitter(cfg, v, fleet, side)
 
-	pc := PlayConfig{
-		Fleet: fleet, Requests: cfg.Requests, Choose: sp.wrap(choose), IDPrefix: v.policy + "-",
-		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
-		Text:  cfg.Text, Body: cfg.TextBody,
-	}
-	if side != nil {
-		pc.Router = side.marks
-	}
-	if cfg.Progress != nil {
-		label := v.label()
-		pc.OnProgress = func(p Progress) {
-			t := fleet.Totals()
-			fmt.Fprintf(cfg.Progress, "%-22s %6d/%d requests  trace time %-9s  lag %-8s  hit %.1f%%\n",
-				label, p.Dispatched, p.Total, p.Sim.Truncate(time.Second), p.Lag.Truncate(time.Millisecond), 100*hitRate(t))
-		}
-	}
+	pc := playConfig(cfg, v, fleet, side, sp.wrap(choose))
 	var before sideCounters
 	if side != nil {
 		if before, err = side.counters(); err != nil {
@@ -86,6 +73,48 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		return nil, err
 	}
 	tot := fleet.Totals()
+	res := newPolicyResult(v, pr, tot, fleet)
+	if cfg.Text != nil && side != nil && side.router != nil {
+		res.Tokenization = tokenizationCheck(side.router)
+	}
+	sp.fill(res, tot)
+	res.SyncLag = lag
+	if lagErr != nil {
+		res.SyncLagError = lagErr.Error()
+	}
+	if side != nil {
+		if err := side.finish(ctx, cfg.Model, res, before, tot.Events, pr); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// playConfig is the replay of one variant: choices by choose, marks to
+// the router side (if any), a progress line to cfg.Progress.
+func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *routerSide, choose ChooseFunc) PlayConfig {
+	pc := PlayConfig{
+		Fleet: fleet, Requests: cfg.Requests, Choose: choose, IDPrefix: v.policy + "-",
+		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
+		Text:  cfg.Text, Body: cfg.TextBody,
+	}
+	if side != nil {
+		pc.Router = side.marks
+	}
+	if cfg.Progress != nil {
+		label := v.label()
+		pc.OnProgress = func(p Progress) {
+			t := fleet.Totals()
+			fmt.Fprintf(cfg.Progress, "%-22s %6d/%d requests  trace time %-9s  lag %-8s  hit %.1f%%\n",
+				label, p.Dispatched, p.Total, p.Sim.Truncate(time.Second), p.Lag.Truncate(time.Millisecond), 100*hitRate(t))
+		}
+	}
+	return pc
+}
+
+// newPolicyResult is the figures of one played variant that the fleet and
+// the player measured (the router side adds its own).
+func newPolicyResult(v variant, pr *PlayResult, tot engine.Stats, fleet *harness.Fleet) *PolicyResult {
 	res := &PolicyResult{
 		Policy: v.policy, Requests: pr.Requests, Replicas: v.replicas, Sync: v.sync, Round: v.round,
 		PromptBlocks: tot.PromptBlocks, CachedBlocks: tot.CachedBlocks, HitRate: hitRate(tot),
@@ -103,8 +132,8 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		res.RouterHitRate = float64(pr.RouterMatched) / float64(pr.RouterPromptBlocks)
 	}
 	loads := make([]float64, len(pr.PromptTokens))
-	for i, v := range pr.PromptTokens {
-		loads[i] = float64(v)
+	for i, n := range pr.PromptTokens {
+		loads[i] = float64(n)
 	}
 	res.Imbalance = stats.Imbalance(loads)
 	work := make([]float64, len(fleet.Engines))
@@ -113,20 +142,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		work[i] = float64(s.PromptBlocks - s.CachedBlocks)
 	}
 	res.PrefillImbalance = stats.Imbalance(work)
-	if cfg.Text != nil && side != nil && side.router != nil {
-		res.Tokenization = side.router.tokenizationCheck()
-	}
-	sp.fill(res, tot)
-	res.SyncLag = lag
-	if lagErr != nil {
-		res.SyncLagError = lagErr.Error()
-	}
-	if side != nil {
-		if err := side.finish(ctx, cfg.Model, res, before, tot.Events, pr); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return res
 }
 
 func hitRate(s engine.Stats) float64 {
@@ -141,17 +157,21 @@ func hitRate(s engine.Stats) float64 {
 type routerSide struct {
 	choose ChooseFunc
 	marks  kvrouterv1.RouterClient
-	router *Router
-	reps   *Replicas
+	router *harness.Router
+	reps   *harness.Replicas
 	gw     *Gateway
 	epp    *EPPGateway // PolicyKVEPP: requests go through the endpoint picker
 	http   *HTTPSide   // PolicyKVEPPHTTP: and through bench's HTTP gateway
-	nats   *NATS
-	tap    *NATSTap
+	nats   *harness.NATS
+	tap    *harness.NATSTap
 	logs   []*os.File
 }
 
-func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *Fleet) (_ *routerSide, err error) {
+// startRouterSide starts the routers a router policy needs (one, or
+// replicas behind the gateway with NATS, or the endpoint picker), and on
+// error stops what it started (the named err). It is longer than ~80 lines
+// because each policy's wiring is a branch of it, side by side.
+func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *harness.Fleet) (_ *routerSide, err error) {
 	rc := cfg.Router
 	rc.BlockSize = cfg.BlockSize
 	rc.Args = append([]string(nil), cfg.Router.Args...)
@@ -188,7 +208,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 	}
 	if v.replicas == 0 {
 		rc.Log = logFor(logName)
-		if s.router, err = StartRouter(ctx, rc); err != nil {
+		if s.router, err = harness.StartRouter(ctx, rc); err != nil {
 			return nil, err
 		}
 		if v.policy == PolicyKVEPPHTTP {
@@ -211,15 +231,15 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *F
 		}
 		return s, nil
 	}
-	rcfg := ReplicasConfig{N: v.replicas, Router: rc,
+	rcfg := harness.ReplicasConfig{N: v.replicas, Router: rc,
 		Logs: func(i int) io.Writer { return logFor(logName + "-" + strconv.Itoa(i)) }}
 	if v.sync {
-		if s.nats, err = StartNATS(0); err != nil {
+		if s.nats, err = harness.StartNATS(0); err != nil {
 			return nil, err
 		}
 		rcfg.NATSURL = s.nats.URL()
 	}
-	if s.reps, err = StartReplicas(ctx, rcfg); err != nil {
+	if s.reps, err = harness.StartReplicas(ctx, rcfg); err != nil {
 		return nil, err
 	}
 	if err = s.reps.Register(ctx, fleet, cfg.Model, 20*time.Second); err != nil {
@@ -271,8 +291,8 @@ func (s *routerSide) close() {
 // sideCounters are the cumulative counters a run's figures are deltas of.
 type sideCounters struct {
 	cpu   time.Duration
-	nats  NATSTraffic // the server's, less what it sent the tap
-	flows map[string]NATSFlow
+	nats  harness.NATSTraffic // the server's, less what it sent the tap
+	flows map[string]harness.NATSFlow
 }
 
 func (s *routerSide) counters() (sideCounters, error) {
@@ -345,10 +365,10 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	if s.nats != nil {
 		d := after.nats.Sub(before.nats)
 		res.NATS = &d
-		res.NATSPublished = map[string]NATSFlow{}
+		res.NATSPublished = map[string]harness.NATSFlow{}
 		for k, f := range after.flows {
 			b := before.flows[k]
-			res.NATSPublished[k] = NATSFlow{Msgs: f.Msgs - b.Msgs, Bytes: f.Bytes - b.Bytes}
+			res.NATSPublished[k] = harness.NATSFlow{Msgs: f.Msgs - b.Msgs, Bytes: f.Bytes - b.Bytes}
 		}
 		if routes > 0 {
 			res.NATSMsgsPerRoute = float64(d.InMsgs+d.OutMsgs) / float64(routes)
@@ -374,7 +394,7 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	}
 	if s.epp != nil || s.http != nil {
 		// Only the picker's marks finish requests here: none may be left.
-		one := &Replicas{Routers: []*Router{s.router}}
+		one := &harness.Replicas{Routers: []*harness.Router{s.router}}
 		if res.ActiveAfter, err = one.ActiveAfter(ctx, 3*time.Second); err != nil {
 			return err
 		}
@@ -404,7 +424,7 @@ func drainEventsApplied(ctx context.Context, reg kvrouterv1.RegistryClient, mode
 	deadline := time.Now().Add(10 * time.Second)
 	var last uint64
 	for stable := 0; ; {
-		n, err := EventsApplied(ctx, reg, model)
+		n, err := harness.EventsApplied(ctx, reg, model)
 		if err != nil {
 			return 0, err
 		}
@@ -426,7 +446,7 @@ func drainEventsApplied(ctx context.Context, reg kvrouterv1.RegistryClient, mode
 // replicas, kills one.
 type splitter struct {
 	at     int // request index; -1: no split
-	fleet  *Fleet
+	fleet  *harness.Fleet
 	side   *routerSide
 	victim int
 	start  time.Time
@@ -439,7 +459,7 @@ type splitter struct {
 	fo     *Failover
 }
 
-func newSplitter(cfg CompareConfig, v variant, fleet *Fleet, side *routerSide) *splitter {
+func newSplitter(cfg CompareConfig, v variant, fleet *harness.Fleet, side *routerSide) *splitter {
 	sp := &splitter{at: -1, fleet: fleet, side: side, victim: cfg.KillReplica, done: make(chan struct{}), start: time.Now()}
 	if cfg.KillAt > 0 && len(cfg.Requests) > 0 {
 		sp.at = int(cfg.KillAt * float64(len(cfg.Requests)))
@@ -517,7 +537,7 @@ type lagProbe struct {
 // probe that reports nothing when the run has no such pair.
 func startLagProbe(ctx context.Context, cfg CompareConfig, v variant, side *routerSide) *lagProbe {
 	p := &lagProbe{done: make(chan struct{})}
-	var pair []*Router
+	var pair []*harness.Router
 	if side != nil && side.reps != nil && v.sync && cfg.SyncLagProbes > 0 && v.policy == PolicyKV {
 		for i, r := range side.reps.Routers {
 			if cfg.KillAt > 0 && i == cfg.KillReplica {

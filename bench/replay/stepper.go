@@ -39,6 +39,8 @@ type liveJob struct {
 
 // runStepper serves q's requests on e (a ModelVLLM engine) until q is
 // closed and every request has finished, or ctx ends.
+// It is longer than ~80 lines: one event loop over the stepper's state,
+// whose branches share it.
 func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock, h stepHooks) {
 	var (
 		pending []job // received, not yet arrived on the engine's clock

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"slices"
 	"strings"
@@ -15,9 +17,9 @@ import (
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
-func vllmFleet(t *testing.T, n, blocks int) *Fleet {
+func vllmFleet(t *testing.T, n, blocks int) *harness.Fleet {
 	t.Helper()
-	fleet, err := StartFleet(FleetConfig{Engines: n, Engine: engine.Config{CapacityBlocks: blocks, Model: engine.ModelVLLM}})
+	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: n, Engine: engine.Config{CapacityBlocks: blocks, Model: engine.ModelVLLM}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package replay
 
 import (
-	"bufio"
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +16,7 @@ import (
 // TextRouterChooser is RouterChooser for text prompts: Route gets Prompt.text (text(seq)), or
 // with body Prompt.openai_body, which the router tokenizes with the model's tokenizer (started
 // with --model NAME=DIR).
-func TextRouterChooser(rc kvrouterv1.RouterClient, f *Fleet, model string, text func(seq int) string, body bool) ChooseFunc {
+func TextRouterChooser(rc kvrouterv1.RouterClient, f *harness.Fleet, model string, text func(seq int) string, body bool) ChooseFunc {
 	return func(ctx context.Context, seq int, _ []uint32, id string) (Choice, error) {
 		p := &kvrouterv1.Prompt{Model: model}
 		if body {
@@ -86,14 +84,14 @@ type TokenizationCheck struct {
 }
 
 // tokenizationCheck reads the router's kvrouter_tokenization_* counters.
-func (r *Router) tokenizationCheck() *TokenizationCheck {
+func tokenizationCheck(r *harness.Router) *TokenizationCheck {
 	var tc TokenizationCheck
 	for name, dst := range map[string]*float64{
 		"kvrouter_tokenization_confirmed_total":  &tc.Confirmed,
 		"kvrouter_tokenization_mismatched_total": &tc.Mismatched,
 		"kvrouter_tokenization_unchecked_total":  &tc.Unchecked,
 	} {
-		v, err := r.metricSum(name)
+		v, err := r.MetricSum(name)
 		if err != nil {
 			tc.Error = err.Error()
 			break
@@ -101,33 +99,4 @@ func (r *Router) tokenizationCheck() *TokenizationCheck {
 		*dst = v
 	}
 	return &tc
-}
-
-// metricSum sums every series of metric name on the router's /metrics.
-func (r *Router) metricSum(name string) (float64, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + dialAddr(r.HTTPAddr) + "/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: /metrics: %s", name, resp.Status)
-	}
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
-		}
-		sum += v
-	}
-	return sum, sc.Err()
 }

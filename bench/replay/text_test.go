@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/kvrouter/kvrouter/bench/harness"
+
 	"context"
 	"errors"
 	"testing"
@@ -16,7 +18,7 @@ func TestCompareTextRefusals(t *testing.T) {
 	for name, cfg := range map[string]CompareConfig{
 		"no tokenizer": {Text: text},
 		"replicas":     {Text: text, Tokenizer: tok, Replicas: []int{2}},
-		"epp":          {Text: text, Tokenizer: tok, Router: RouterConfig{EPP: true}},
+		"epp":          {Text: text, Tokenizer: tok, Router: harness.RouterConfig{EPP: true}},
 		"epp policy":   {Text: text, Tokenizer: tok, Policies: []string{PolicyKV, PolicyKVEPP}},
 	} {
 		cfg.Engines, cfg.Capacity, cfg.SpeedUp = 1, 1, 1

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/trace"
 	"github.com/kvrouter/kvrouter/bench/tracegen"
@@ -176,7 +177,7 @@ type Config struct {
 	// replay.CompareConfig.
 	EngineModel                     engine.Model
 	MaxNumBatchedTokens, MaxNumSeqs int
-	Router                          replay.RouterConfig
+	Router                          harness.RouterConfig
 	// OutDir receives router logs under logs/<cell>/; empty discards them.
 	OutDir   string
 	Progress io.Writer

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 )
 
@@ -19,7 +20,7 @@ func TestCompareReplicasShort(t *testing.T) {
 		t.Skip("starts routers and 16 engines for about 15 s")
 	}
 	bin := buildRouter(t)
-	cluster := routerHasFlag(bin, "nats-url")
+	cluster := harness.RouterHasFlag(bin, "nats-url")
 	syncFlag := "--sync=both"
 	if !cluster {
 		syncFlag = "--sync=false"

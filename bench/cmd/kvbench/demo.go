@@ -11,13 +11,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/demo"
 	"github.com/kvrouter/kvrouter/bench/engine"
-	"github.com/kvrouter/kvrouter/bench/replay"
-	"github.com/kvrouter/kvrouter/bench/sweep"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
@@ -36,21 +34,6 @@ func loadDemoTrace(path string, limit, idTokens int, log *slog.Logger) ([]trace.
 	}
 	log.Info("trace file not found; using the embedded 300-request slice of the Mooncake conversation trace", "path", path)
 	return trace.Parse(bytes.NewReader(demoTrace), limit)
-}
-
-// demoChat is a generated multi-turn chat trace (five minutes after a
-// two-minute warm-up, the generator's defaults otherwise) whose arrivals are
-// stretched so that its prefill work is load of what engines can do.
-func demoChat(engines int, prefillPerToken time.Duration, load float64) ([]trace.Request, error) {
-	if load <= 0 {
-		return nil, fmt.Errorf("demo: --load %v must be > 0", load)
-	}
-	tr, err := sweep.Generate("chat", "", 1, 5*time.Minute, 2*time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	reqs, _ := sweep.ScaleLoad(tr.Reqs, engines, prefillPerToken, load)
-	return reqs, nil
 }
 
 // runDemo starts the router and a few simulated engines and replays a trace
@@ -83,18 +66,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var (
-		reqs []trace.Request
-		err  error
-	)
-	switch *workload {
-	case "chat":
-		reqs, err = demoChat(*engines, tm.prefill, *load)
-	case "trace":
-		reqs, err = loadDemoTrace(findTrace(*tracePath), *slice, *idTokens, log)
-	default:
-		err = fmt.Errorf("demo: --workload %q: want chat or trace", *workload)
-	}
+	reqs, err := demoWorkload(*workload, *engines, tm.prefill, *load, *tracePath, *slice, *idTokens, log)
 	if err != nil {
 		return err
 	}
@@ -105,206 +77,34 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fleetCfg := replay.FleetConfig{
+	fleetCfg := harness.FleetConfig{
 		Engines: *engines, Replay: true,
 		Engine: engine.Config{CapacityBlocks: *capacity, PrefillPerToken: tm.prefill, DecodePerToken: tm.decode,
 			Model: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq},
 	}
-	fleet, err := replay.StartFleet(fleetCfg)
-	if err != nil {
-		return err
-	}
-	defer fleet.Close()
-	rc := replay.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
-		Args: strings.Fields(*routerArg), Log: os.Stderr}
-	var be *demoBackend
-	if *replicas > 1 {
-		be, err = startDemoReplicas(ctx, rc, *replicas, *natsPort, fleet, *model, log)
-	} else {
-		be, err = startDemoRouter(ctx, rc, fleet, *model, log)
-	}
-	if err != nil {
-		return err
-	}
-	defer be.close()
-	log.Info("demo running", "routers", len(be.grpc), "engines", *engines, "requests_per_pass", len(reqs))
-	printTryCommands(be, *model, reqs[0])
-
-	kv := &side{name: "kvrouter", fleet: fleet}
-	clock := replay.Clock{T0: time.Now(), SpeedUp: *speedUp}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var rr *side
-	if *compare {
-		// The baseline: an identical fleet no router follows, the same
-		// trace on the same clock, engines chosen round-robin.
-		rrFleet, err := replay.StartFleet(fleetCfg)
-		if err != nil {
-			return err
-		}
-		defer rrFleet.Close()
-		rr = &side{name: "round-robin", fleet: rrFleet}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(*engines), nil, nil, log); err != nil {
-				log.Error("round-robin replay stopped", "err", err)
-			}
-		}()
-	}
-	fmt.Fprint(out, comparisonHeader(*every))
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(*every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if rr != nil {
-				fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
-			} else {
-				fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
-			}
-			if be.gw != nil {
-				g := be.gw.Stats()
-				log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
-					"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
-			}
-		}
-	}()
-	err = playLoop(ctx, kv, reqs, clock, be.choose, be.marks, be.exited, log)
-	if ctx.Err() != nil {
-		log.Info("stopping")
-	}
-	cancel()
-	return err
+	return demo.Run(ctx, demo.Config{
+		Requests: reqs, Fleet: fleetCfg,
+		Router: harness.RouterConfig{Bin: *routerBin, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr,
+			Args: strings.Fields(*routerArg), Log: os.Stderr},
+		Replicas: *replicas, NATSPort: *natsPort, Model: *model, SpeedUp: *speedUp,
+		Every: *every, Compare: *compare, Out: out, Try: os.Stderr, Log: log,
+	})
 }
 
-func printTryCommands(be *demoBackend, model string, r trace.Request) {
-	toks := r.Tokens(nil)[:48]
-	ids := make([]string, len(toks))
-	for i, t := range toks {
-		ids[i] = fmt.Sprint(t)
+// demoWorkload is the demo's requests: a generated chat trace at load, or
+// the first slice requests of the Mooncake trace.
+func demoWorkload(workload string, engines int, prefill time.Duration, load float64, tracePath string, slice, idTokens int, log *slog.Logger) ([]trace.Request, error) {
+	var (
+		reqs []trace.Request
+		err  error
+	)
+	switch workload {
+	case "chat":
+		reqs, err = demo.Chat(engines, prefill, load)
+	case "trace":
+		reqs, err = loadDemoTrace(findTrace(tracePath), slice, idTokens, log)
+	default:
+		err = fmt.Errorf("demo: --workload %q: want chat or trace", workload)
 	}
-	local := func(a string) string { return strings.Replace(a, "127.0.0.1", "localhost", 1) }
-	g := local(be.grpc[0])
-	var b strings.Builder
-	fmt.Fprintf(&b, `
-Try it (in another terminal):
-  grpcurl -plaintext %[1]s list
-  grpcurl -plaintext -d '{"model":"%[2]s"}' %[1]s kvrouter.v1.Registry/ListWorkers
-  grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Score
-  grpcurl -plaintext -d '{"prompt":{"model":"%[2]s","token_ids":[%[3]s]}}' %[1]s kvrouter.v1.Router/Route
-  curl -s http://%[4]s/metrics | grep '^kvrouter_'
-  status page (workers and ranks, routing gain, recent decisions): http://%[4]s/status
-(The token ids are the first 48 tokens of the trace's shared prefix, so every engine that served
-a request holds them.)
-`, g, model, strings.Join(ids, ","), local(be.http[0]))
-	if len(be.grpc) > 1 {
-		fmt.Fprintf(&b, `
-%d replicas share NATS at %s (JetStream in %s); each is a full router:
-`, len(be.grpc), be.nats.URL(), be.nats.StoreDir())
-		for i := range be.grpc {
-			fmt.Fprintf(&b, "  %s  grpcurl -plaintext %s grpc.health.v1.Health/Check; curl -s http://%s/metrics | grep '^kvrouter_'\n",
-				replay.ReplicaID(i), local(be.grpc[i]), local(be.http[i]))
-		}
-		fmt.Fprintf(&b, `A worker registered on one replica is listed by all, e.g.
-  grpcurl -plaintext -d '{"worker":{"worker_id":"extra","model":"%[1]s","endpoint":"sim://extra","kv_events_endpoint":"tcp://127.0.0.1:1","dp_size":1,"block_size":16}}' %[2]s kvrouter.v1.Registry/RegisterWorker
-  grpcurl -plaintext -d '{"model":"%[1]s"}' %[3]s kvrouter.v1.Registry/ListWorkers
-  grpcurl -plaintext -d '{"worker_id":"extra"}' %[3]s kvrouter.v1.Registry/UnregisterWorker
-and a request routed by one replica can be finished on another:
-  grpcurl -plaintext -d '{"request_id":"try-1","prompt":{"model":"%[1]s","token_ids":[%[4]s]}}' %[2]s kvrouter.v1.Router/Route
-  grpcurl -plaintext -d '{"request_id":"try-1"}' %[3]s kvrouter.v1.Router/MarkFinished
-`, model, local(be.grpc[0]), local(be.grpc[1]), strings.Join(ids, ","))
-	}
-	b.WriteString("Stop with Ctrl-C.\n\n")
-	fmt.Fprint(os.Stderr, b.String())
-}
-
-// demoBackend is the router side of the demo: one router, or replicas on an
-// embedded NATS server behind a gateway.
-type demoBackend struct {
-	choose     replay.ChooseFunc
-	marks      kvrouterv1.RouterClient
-	grpc, http []string
-	routers    []*replay.Router
-	gw         *replay.Gateway
-	nats       *replay.NATS
-	log        *slog.Logger
-}
-
-func startDemoRouter(ctx context.Context, rc replay.RouterConfig, fleet *replay.Fleet, model string, log *slog.Logger) (*demoBackend, error) {
-	router, err := replay.StartRouter(ctx, rc)
-	if err != nil {
-		return nil, err
-	}
-	be := &demoBackend{routers: []*replay.Router{router}, log: log,
-		grpc: []string{router.GRPCAddr}, http: []string{router.HTTPAddr},
-		choose: replay.RouterChooser(router.Router, fleet, model), marks: router.Router}
-	if err := fleet.Register(ctx, router.Registry, model, 20*time.Second); err != nil {
-		be.close()
-		return nil, err
-	}
-	return be, nil
-}
-
-func startDemoReplicas(ctx context.Context, rc replay.RouterConfig, n, natsPort int, fleet *replay.Fleet, model string, log *slog.Logger) (_ *demoBackend, err error) {
-	be := &demoBackend{log: log}
-	defer func() {
-		if err != nil {
-			be.close()
-		}
-	}()
-	if be.nats, err = replay.StartNATS(natsPort); err != nil {
-		return nil, err
-	}
-	log.Info("embedded NATS server", "url", be.nats.URL(), "jetstream_dir", be.nats.StoreDir())
-	reps, err := replay.StartReplicas(ctx, replay.ReplicasConfig{N: n, Router: rc, NATSURL: be.nats.URL()})
-	if err != nil {
-		return nil, err
-	}
-	be.routers = reps.Routers
-	for _, r := range reps.Routers {
-		be.grpc, be.http = append(be.grpc, r.GRPCAddr), append(be.http, r.HTTPAddr)
-	}
-	if err = reps.Register(ctx, fleet, model, 20*time.Second); err != nil {
-		return nil, err
-	}
-	if be.gw, err = replay.NewGateway(replay.GatewayConfig{Addrs: be.grpc}); err != nil {
-		return nil, err
-	}
-	be.choose, be.marks = be.gw.Chooser(fleet, model), be.gw.Marks()
-	return be, nil
-}
-
-// exited reports a router that has exited.
-func (be *demoBackend) exited() error {
-	for i, r := range be.routers {
-		select {
-		case <-r.Exited():
-			return fmt.Errorf("router %d exited: %v", i, r.ExitErr())
-		default:
-		}
-	}
-	return nil
-}
-
-func (be *demoBackend) close() {
-	if be.gw != nil {
-		be.gw.Close()
-	}
-	for _, r := range be.routers {
-		if err := r.Stop(); err != nil {
-			be.log.Warn("stop router", "err", err)
-		}
-	}
-	if be.nats != nil {
-		be.nats.Close()
-	}
+	return reqs, err
 }

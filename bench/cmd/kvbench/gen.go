@@ -46,6 +46,8 @@ lognormal:MEAN,SIGMA (MEAN of the value, SIGMA of its log), exp:MEAN.
 Flags:
 `
 
+// runGen parses `kvbench gen`'s flags and writes the trace. It is longer
+// than ~80 lines for its flag list, one line per flag.
 func runGen(args []string) error {
 	fs := flag.NewFlagSet("kvbench gen", flag.ContinueOnError)
 	fs.Usage = func() {

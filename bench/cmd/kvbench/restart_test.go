@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/bench/harness"
+	"github.com/kvrouter/kvrouter/bench/restart"
 )
 
 // TestRestartShort runs `kvbench restart --short` against a router built from
@@ -21,20 +24,21 @@ func TestRestartShort(t *testing.T) {
 		t.Skip("starts a router and four engines for about 20 s")
 	}
 	bin := buildRouter(t)
-	supported := routerHasFlag(bin, "state-dir")
+	supported := harness.RouterHasFlag(bin, "state-dir")
 	args := []string{"--short", "--router-bin", bin}
 	if !supported {
 		args = append(args, "--no-state", "--reregister")
 	}
-	cfg, err := parseRestart(args)
+	var out, progress bytes.Buffer
+	cfg, err := parseRestart(args, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.workRoot = t.TempDir()
+	cfg.WorkRoot = t.TempDir()
+	cfg.Out, cfg.Progress = &out, &progress
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard, sized for a loaded machine
 	defer cancel()
-	var out, progress bytes.Buffer
-	res, err := restartScenario(ctx, cfg, &out, &progress)
+	res, err := restart.Run(ctx, cfg)
 	t.Logf("progress:\n%s\nreport:\n%s", progress.String(), out.String())
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
-	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/sweep"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -32,6 +32,7 @@ var sweepShort = map[string]string{
 
 // parseSweep reads kvbench sweep's flags and builds the matrix (loading and
 // generating its traces).
+// It is longer than ~80 lines for its flag list, one line per flag.
 func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 	fs := flag.NewFlagSet("kvbench sweep", flag.ContinueOnError)
 	var names []string
@@ -90,7 +91,7 @@ func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 		Engines: *engines, SpeedUp: *speedUp, FastSpeedUp: *fastUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
 		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq,
-		Router: replay.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
+		Router: harness.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		OutDir: *outDir, Progress: log,
 	}
 	for _, s := range splitList(*caps) {

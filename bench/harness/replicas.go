@@ -1,4 +1,4 @@
-package replay
+package harness
 
 import (
 	"bufio"
@@ -221,7 +221,7 @@ func (rs *Replicas) Stop() {
 // replicas') from /metrics.
 func (r *Router) ActiveRequests() (float64, error) {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + dialAddr(r.HTTPAddr) + "/metrics")
+	resp, err := c.Get("http://" + DialAddr(r.HTTPAddr) + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("active requests: %w", err)
 	}

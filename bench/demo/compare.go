@@ -1,14 +1,16 @@
-package main
+package demo
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
@@ -20,7 +22,7 @@ const ttftWindow = 2000
 // times to first token of its most recent requests.
 type side struct {
 	name  string
-	fleet *replay.Fleet
+	fleet *harness.Fleet
 
 	mu   sync.Mutex
 	ttft []time.Duration // ring of the last ttftWindow
@@ -130,6 +132,49 @@ func playLoop(ctx context.Context, s *side, reqs []trace.Request, clock replay.C
 			if err := check(); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// startRoundRobin starts the baseline: an identical fleet no router
+// follows, the same trace on the same clock, engines chosen round-robin.
+// The returned function closes its fleet.
+func startRoundRobin(ctx context.Context, wg *sync.WaitGroup, fleetCfg harness.FleetConfig, reqs []trace.Request, clock replay.Clock, engines int, log *slog.Logger) (*side, func(), error) {
+	rrFleet, err := harness.StartFleet(fleetCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	rr := &side{name: "round-robin", fleet: rrFleet}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := playLoop(ctx, rr, reqs, clock, replay.RoundRobin(engines), nil, nil, log); err != nil {
+			log.Error("round-robin replay stopped", "err", err)
+		}
+	}()
+	return rr, rrFleet.Close, nil
+}
+
+// printComparisons prints the comparison line (and, with replicas, the
+// gateway's counters) every interval until ctx ends.
+func printComparisons(ctx context.Context, out io.Writer, every time.Duration, kv, rr *side, be *backend, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if rr != nil {
+			fmt.Fprintln(out, comparisonLine(kv.stats(), rr.stats()))
+		} else {
+			fmt.Fprintln(out, comparisonLine(kv.stats(), sideStats{Name: "round-robin (off)"}))
+		}
+		if be.gw != nil {
+			g := be.gw.Stats()
+			log.Info("gateway", "routes_per_replica", fmt.Sprint(g.RoutesPerReplica), "marks", g.Marks,
+				"marks_not_found", g.MarksNotFound, "retries", g.RouteRetries+g.MarkRetries)
 		}
 	}
 }

@@ -1,6 +1,7 @@
-package replay
+package harness
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -207,9 +208,9 @@ func LaunchRouter(cfg RouterConfig) (*Router, error) {
 		return nil, fmt.Errorf("start router %s: %w", cfg.Bin, err)
 	}
 	r := &Router{cmd: cmd, exited: make(chan struct{}), Started: time.Now(), tmpState: tmpState,
-		GRPCAddr: dialAddr(cfg.GRPCAddr), HTTPAddr: dialAddr(cfg.HTTPAddr)}
+		GRPCAddr: DialAddr(cfg.GRPCAddr), HTTPAddr: DialAddr(cfg.HTTPAddr)}
 	if cfg.EPP {
-		r.EPPAddr = dialAddr(cfg.EPPAddr)
+		r.EPPAddr = DialAddr(cfg.EPPAddr)
 	}
 	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
 	// A short reconnect backoff: the default (1 s after the first refused
@@ -289,8 +290,8 @@ func (r *Router) Kill() error {
 	return nil
 }
 
-// dialAddr turns a listen address like ":50051" into a dialable one.
-func dialAddr(a string) string {
+// DialAddr turns a listen address like ":50051" into a dialable one.
+func DialAddr(a string) string {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
 		return "127.0.0.1:" + port
@@ -346,4 +347,40 @@ func (r *Router) stop() error {
 		return r.waitErr
 	}
 	return nil
+}
+
+// RouterHasFlag reports whether the router binary's -h lists --name, for a
+// harness that must run routers built before the flag existed.
+func RouterHasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	return strings.Contains(string(out), "-"+name+" ")
+}
+
+// MetricSum sums every series of metric name on the router's /metrics.
+func (r *Router) MetricSum(name string) (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + DialAddr(r.HTTPAddr) + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: /metrics: %s", name, resp.Status)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
 }
