@@ -63,7 +63,7 @@ type backend struct {
 	marks      kvrouterv1.RouterClient
 	grpc, http []string
 	routers    []*harness.Router
-	gw         *replay.Gateway
+	gw         *harness.Gateway
 	nats       *harness.NATS
 	log        *slog.Logger
 }
@@ -105,10 +105,10 @@ func startReplicas(ctx context.Context, rc harness.RouterConfig, n, natsPort int
 	if err = reps.Register(ctx, fleet, model, 20*time.Second); err != nil {
 		return nil, err
 	}
-	if be.gw, err = replay.NewGateway(replay.GatewayConfig{Addrs: be.grpc}); err != nil {
+	if be.gw, err = harness.NewGateway(harness.GatewayConfig{Addrs: be.grpc}); err != nil {
 		return nil, err
 	}
-	be.choose, be.marks = be.gw.Chooser(fleet, model), be.gw.Marks()
+	be.choose, be.marks = replay.GatewayChooser(be.gw, fleet, model), be.gw.Marks()
 	return be, nil
 }
 

@@ -49,6 +49,23 @@ func RouterChooser(rc kvrouterv1.RouterClient, f *harness.Fleet, model string) C
 	}
 }
 
+// GatewayChooser is RouterChooser through a gateway over replicas: g asks
+// their Route in turn.
+func GatewayChooser(g *harness.Gateway, f *harness.Fleet, model string) ChooseFunc {
+	return func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error) {
+		req := &kvrouterv1.RouteRequest{
+			Prompt:        &kvrouterv1.Prompt{Model: model, TokenIds: tokens},
+			RequestId:     id,
+			MaxCandidates: 1,
+		}
+		resp, lat, err := g.Route(ctx, req)
+		if err != nil {
+			return Choice{}, err
+		}
+		return routeChoice(f, resp, lat)
+	}
+}
+
 // routeChoice maps a Route answer to the fleet.
 func routeChoice(f *harness.Fleet, resp *kvrouterv1.RouteResponse, lat time.Duration) (Choice, error) {
 	i, ok := f.Index(resp.WorkerId)
@@ -130,10 +147,10 @@ type CompareConfig struct {
 	// mode on an embedded NATS server (true) or as independent routers each
 	// registered with every engine (false, the ablation). Empty: [true].
 	Sync []bool
-	// Marks is where the gateway sends marks (MarksSpread by default).
+	// Marks is where the gateway sends marks (harness.MarksSpread by default).
 	Marks string
 	// RoutesToFirst makes the gateway send every Route to replica 0
-	// (GatewayConfig.RoutesToFirst).
+	// (harness.GatewayConfig.RoutesToFirst).
 	RoutesToFirst bool
 	// KillAt, in (0, 1), sends replica KillReplica SIGKILL once that fraction
 	// of the requests has been routed, in runs with more than one replica;
@@ -217,7 +234,7 @@ type PolicyResult struct {
 	NATSPublished     map[string]harness.NATSFlow `json:"nats_published,omitempty"`
 	LoadMsgsPerRoute  float64                     `json:"nats_load_msgs_published_per_route,omitempty"`
 	LoadBytesPerRoute float64                     `json:"nats_load_bytes_published_per_route,omitempty"`
-	Gateway           *GatewayStats               `json:"gateway,omitempty"`
+	Gateway           *harness.GatewayStats       `json:"gateway,omitempty"`
 	// HTTPGateway is bench's HTTP gateway's totals (PolicyKVEPPHTTP).
 	HTTPGateway *gateway.Stats `json:"http_gateway,omitempty"`
 	// Split is the hit rate before and after the KillAt point; Failover what
@@ -262,8 +279,8 @@ type Failover struct {
 	// RoutesInFlight were unanswered when the kill was sent.
 	RoutesInFlight int64 `json:"routes_in_flight"`
 	// After are the gateway's counters from the replica's death to the end.
-	After     GatewayStats `json:"gateway_after"`
-	KillError string       `json:"kill_error,omitempty"`
+	After     harness.GatewayStats `json:"gateway_after"`
+	KillError string               `json:"kill_error,omitempty"`
 }
 
 // Report is the whole comparison.
@@ -313,7 +330,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 	if len(cfg.Replicas) > 0 {
 		rep.GatewayMarks, rep.RoutesToFirst = cfg.Marks, cfg.RoutesToFirst
 		if rep.GatewayMarks == "" {
-			rep.GatewayMarks = MarksSpread
+			rep.GatewayMarks = harness.MarksSpread
 		}
 	}
 	rep.PooledCeiling = cfg.PooledCeiling

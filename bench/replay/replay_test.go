@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/xml"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +79,21 @@ func (f *fakeRouter) MarkPrefillDone(_ context.Context, r *kvrouterv1.RequestRef
 
 func (f *fakeRouter) MarkFinished(_ context.Context, r *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
 	return f.mark(r.RequestId, "finish")
+}
+
+// serveFake serves a fakeRouter on a loopback port.
+func serveFake(t *testing.T) (*fakeRouter, *grpc.Server, string) {
+	t.Helper()
+	fr := &fakeRouter{n: 2, order: map[string][]string{}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	kvrouterv1.RegisterRouterServer(srv, fr)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return fr, srv, lis.Addr().String()
 }
 
 func smallTrace() []trace.Request {

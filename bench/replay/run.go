@@ -159,7 +159,7 @@ type routerSide struct {
 	marks  kvrouterv1.RouterClient
 	router *harness.Router
 	reps   *harness.Replicas
-	gw     *Gateway
+	gw     *harness.Gateway
 	epp    *EPPGateway // PolicyKVEPP: requests go through the endpoint picker
 	http   *HTTPSide   // PolicyKVEPPHTTP: and through bench's HTTP gateway
 	nats   *harness.NATS
@@ -249,7 +249,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *h
 	for i, r := range s.reps.Routers {
 		addrs[i] = r.GRPCAddr
 	}
-	if s.gw, err = NewGateway(GatewayConfig{Addrs: addrs, Marks: cfg.Marks, RoutesToFirst: cfg.RoutesToFirst}); err != nil {
+	if s.gw, err = harness.NewGateway(harness.GatewayConfig{Addrs: addrs, Marks: cfg.Marks, RoutesToFirst: cfg.RoutesToFirst}); err != nil {
 		return nil, err
 	}
 	if s.nats != nil {
@@ -257,7 +257,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *h
 			return nil, err
 		}
 	}
-	s.choose, s.marks = s.gw.Chooser(fleet, cfg.Model), s.gw.Marks()
+	s.choose, s.marks = GatewayChooser(s.gw, fleet, cfg.Model), s.gw.Marks()
 	return s, nil
 }
 

@@ -56,7 +56,7 @@ func parseCompare(args []string) (compareRun, error) {
 		format    = fs.String("format", "vllm-map", "event wire format: vllm-map, vllm-array or sglang")
 		seed      = fs.Uint64("seed", 1, "seed of the random policy")
 		replicas  = fs.String("replicas", "", "router replicas behind a round-robin gateway, comma-separated counts (e.g. 1,2,3), each a run of every router policy; empty: one router called directly")
-		marks     = fs.String("marks", replay.MarksSpread, "where the gateway sends a request's marks: spread (a replica picked by a hash of the request id and the mark, whichever routed it) or origin (the one that routed it)")
+		marks     = fs.String("marks", harness.MarksSpread, "where the gateway sends a request's marks: spread (a replica picked by a hash of the request id and the mark, whichever routed it) or origin (the one that routed it)")
 		killAt    = fs.String("kill-replica-at", "", "SIGKILL one replica when this share of the requests has been routed (e.g. 50%), in runs with 2+ replicas; every run reports its hit rate before and after")
 		victim    = fs.Int("kill-replica", 0, "which replica --kill-replica-at kills")
 		rounds    = fs.Int("rounds", 1, "repeat the whole list of runs (A B A B ...)")

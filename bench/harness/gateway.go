@@ -1,8 +1,6 @@
-package replay
+package harness
 
 import (
-	"github.com/kvrouter/kvrouter/bench/harness"
-
 	"context"
 	"errors"
 	"fmt"
@@ -145,7 +143,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, downUntil: make([]atomic.Int64, len(cfg.Addrs)), routesBy: make([]atomic.Int64, len(cfg.Addrs)),
 		calls: new(sync.WaitGroup)}
 	for _, a := range cfg.Addrs {
-		cc, err := grpc.NewClient(harness.DialAddr(a), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(DialAddr(a), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("gateway: dial %s: %w", a, err)
@@ -285,48 +283,42 @@ func (g *Gateway) spread(id string, finished bool) int {
 	return int(h % uint64(len(g.clients)))
 }
 
-// Chooser is a ChooseFunc asking the replicas' Route in turn (with
-// request_id, so the routers track the request's load).
-func (g *Gateway) Chooser(f *harness.Fleet, model string) ChooseFunc {
-	return func(ctx context.Context, seq int, tokens []uint32, id string) (Choice, error) {
-		req := &kvrouterv1.RouteRequest{
-			Prompt:        &kvrouterv1.Prompt{Model: model, TokenIds: tokens},
-			RequestId:     id,
-			MaxCandidates: 1,
-		}
-		call := g.startCall()
-		defer call.Done() // (after the counters below)
-		g.routes.Add(1)
-		g.routesInFlight.Add(1)
-		var resp *kvrouterv1.RouteResponse
-		t0 := time.Now()
-		start := 0
-		if !g.cfg.RoutesToFirst {
-			start = g.nextStart(&g.next)
-		}
-		i, err := g.call(ctx, start, &g.routeRetries, func(ctx context.Context, c kvrouterv1.RouterClient) error {
-			var err error
-			resp, err = c.Route(ctx, req)
-			return err
-		})
-		lat := time.Since(t0)
-		g.routesInFlight.Add(-1)
-		if err != nil {
-			if ctx.Err() == nil {
-				g.routeFailed.Add(1)
-			}
-			return Choice{}, fmt.Errorf("route: %w", err)
-		}
-		g.routesBy[i].Add(1)
-		if g.cfg.Marks == MarksOrigin {
-			g.origin.Store(id, i)
-		}
-		return routeChoice(f, resp, lat)
+// Route asks the replicas' Route in turn, starting at the next in
+// round-robin (or at replica 0 with RoutesToFirst), and returns the answer
+// with the time it took, retries included.
+func (g *Gateway) Route(ctx context.Context, req *kvrouterv1.RouteRequest) (*kvrouterv1.RouteResponse, time.Duration, error) {
+	call := g.startCall()
+	defer call.Done() // (after the counters below)
+	g.routes.Add(1)
+	g.routesInFlight.Add(1)
+	var resp *kvrouterv1.RouteResponse
+	t0 := time.Now()
+	start := 0
+	if !g.cfg.RoutesToFirst {
+		start = g.nextStart(&g.next)
 	}
+	i, err := g.call(ctx, start, &g.routeRetries, func(ctx context.Context, c kvrouterv1.RouterClient) error {
+		var err error
+		resp, err = c.Route(ctx, req)
+		return err
+	})
+	lat := time.Since(t0)
+	g.routesInFlight.Add(-1)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.routeFailed.Add(1)
+		}
+		return nil, lat, fmt.Errorf("route: %w", err)
+	}
+	g.routesBy[i].Add(1)
+	if g.cfg.Marks == MarksOrigin {
+		g.origin.Store(req.RequestId, i)
+	}
+	return resp, lat, nil
 }
 
 // Marks is the RouterClient whose MarkPrefillDone and MarkFinished go
-// through the gateway (for PlayConfig.Router). Its other methods are not
+// through the gateway (for replay.PlayConfig.Router). Its other methods are not
 // implemented and panic.
 func (g *Gateway) Marks() kvrouterv1.RouterClient { return gatewayMarks{g: g} }
 

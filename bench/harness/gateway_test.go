@@ -1,11 +1,10 @@
-package replay
+package harness
 
 import (
-	"github.com/kvrouter/kvrouter/bench/harness"
-
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,13 +13,50 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
-	"github.com/kvrouter/kvrouter/bench/engine"
 )
 
-// serveFake serves a fakeRouter on a loopback port.
-func serveFake(t *testing.T) (*fakeRouter, *grpc.Server, string) {
+// stubRouter answers Route with worker "w" after its first busy calls
+// answered ResourceExhausted, and a mark with NotFound unless it routed the
+// request.
+type stubRouter struct {
+	kvrouterv1.UnimplementedRouterServer
+	mu     sync.Mutex
+	routed int
+	busy   int
+	known  map[string]bool
+}
+
+func (f *stubRouter) Route(_ context.Context, r *kvrouterv1.RouteRequest) (*kvrouterv1.RouteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.routed++; f.routed <= f.busy {
+		return nil, status.Error(codes.ResourceExhausted, "every worker is over its busy thresholds")
+	}
+	f.known[r.RequestId] = true
+	return &kvrouterv1.RouteResponse{WorkerId: "w"}, nil
+}
+
+func (f *stubRouter) mark(id string) (*kvrouterv1.Ack, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known[id] {
+		return nil, status.Error(codes.NotFound, "unknown request")
+	}
+	return &kvrouterv1.Ack{}, nil
+}
+
+func (f *stubRouter) MarkPrefillDone(_ context.Context, r *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return f.mark(r.RequestId)
+}
+
+func (f *stubRouter) MarkFinished(_ context.Context, r *kvrouterv1.RequestRef) (*kvrouterv1.Ack, error) {
+	return f.mark(r.RequestId)
+}
+
+// serveStub serves a stubRouter on a loopback port.
+func serveStub(t *testing.T) (*stubRouter, *grpc.Server, string) {
 	t.Helper()
-	fr := &fakeRouter{n: 2, order: map[string][]string{}}
+	fr := &stubRouter{known: map[string]bool{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +68,12 @@ func serveFake(t *testing.T) (*fakeRouter, *grpc.Server, string) {
 	return fr, srv, lis.Addr().String()
 }
 
+// routeReq is a Route for request id.
+func routeReq(id string) *kvrouterv1.RouteRequest {
+	return &kvrouterv1.RouteRequest{Prompt: &kvrouterv1.Prompt{Model: "m", TokenIds: make([]uint32, 32)}, RequestId: id}
+}
+
 func TestGateway(t *testing.T) {
-	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 100}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
 	ids := []string{"a", "b", "c", "d"}
 	if spreadMisses(ids) == 0 {
 		t.Fatal("no mark of the test's ids is spread to the other replica: pick other ids")
@@ -50,17 +86,17 @@ func TestGateway(t *testing.T) {
 		{MarksOrigin, 0},
 	} {
 		t.Run(tc.marks, func(t *testing.T) {
-			_, srv0, a0 := serveFake(t)
-			_, _, a1 := serveFake(t)
+			_, srv0, a0 := serveStub(t)
+			_, _, a1 := serveStub(t)
 			g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, Marks: tc.marks, DownFor: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer g.Close()
 			ctx := context.Background()
-			choose, marks := g.Chooser(fleet, "m"), g.Marks()
-			for i, id := range ids {
-				if _, err := choose(ctx, i, make([]uint32, 32), id); err != nil {
+			marks := g.Marks()
+			for _, id := range ids {
+				if _, _, err := g.Route(ctx, routeReq(id)); err != nil {
 					t.Fatalf("route %s: %v", id, err)
 				}
 			}
@@ -79,7 +115,7 @@ func TestGateway(t *testing.T) {
 			// with DownFor an hour it is tried only once.
 			srv0.Stop()
 			for i := 4; i < 8; i++ {
-				if _, err := choose(ctx, i, make([]uint32, 32), "x"+ids[i-4]); err != nil {
+				if _, _, err := g.Route(ctx, routeReq("x"+ids[i-4])); err != nil {
 					t.Fatalf("route after the stop: %v", err)
 				}
 			}
@@ -92,19 +128,14 @@ func TestGateway(t *testing.T) {
 }
 
 func TestGatewayAllDown(t *testing.T) {
-	_, srv, a := serveFake(t)
+	_, srv, a := serveStub(t)
 	srv.Stop()
 	g, err := NewGateway(GatewayConfig{Addrs: []string{a, a}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 1, Engine: engine.Config{CapacityBlocks: 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	if _, err := g.Chooser(fleet, "m")(context.Background(), 0, make([]uint32, 16), "r"); err == nil {
+	if _, _, err := g.Route(context.Background(), routeReq("r")); err == nil {
 		t.Fatal("Route with every replica down: no error")
 	}
 	if st := g.Stats(); st.RoutesFailed != 1 || st.RouteRetries != 2 {
@@ -116,8 +147,8 @@ func TestGatewayAllDown(t *testing.T) {
 // busy) is asked again after a backoff and stays in rotation; once the
 // retries are spent the error reaches the caller as it is.
 func TestGatewayBusy(t *testing.T) {
-	fr0, _, a0 := serveFake(t)
-	fr1, _, a1 := serveFake(t)
+	fr0, _, a0 := serveStub(t)
+	fr1, _, a1 := serveStub(t)
 	fr0.mu.Lock()
 	fr0.busy = 2
 	fr0.mu.Unlock()
@@ -126,14 +157,8 @@ func TestGatewayBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	choose := g.Chooser(fleet, "m")
-	for i, id := range []string{"a", "b", "c"} {
-		if _, err := choose(context.Background(), i, make([]uint32, 32), id); err != nil {
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := g.Route(context.Background(), routeReq(id)); err != nil {
 			t.Fatalf("route %s: %v", id, err)
 		}
 	}
@@ -142,12 +167,12 @@ func TestGatewayBusy(t *testing.T) {
 	if st := g.Stats(); st.BusyRetries != 2 || st.RouteRetries != 0 || st.RoutesFailed != 0 || st.RoutesPerReplica[0] != 2 || st.RoutesPerReplica[1] != 1 {
 		t.Fatalf("%+v; want 2 busy retries, no failover, 2/1 Routes", st)
 	}
-	for _, fr := range []*fakeRouter{fr0, fr1} { // (d goes to replica 1)
+	for _, fr := range []*stubRouter{fr0, fr1} { // (d goes to replica 1)
 		fr.mu.Lock()
 		fr.busy = fr.routed + 10
 		fr.mu.Unlock()
 	}
-	_, err = choose(context.Background(), 3, make([]uint32, 32), "d")
+	_, _, err = g.Route(context.Background(), routeReq("d"))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("route with every retry busy: %v; want ResourceExhausted", err)
 	}
@@ -185,20 +210,15 @@ func TestSpreadIsEven(t *testing.T) {
 }
 
 func TestGatewayRoutesToFirst(t *testing.T) {
-	_, _, a0 := serveFake(t)
-	_, _, a1 := serveFake(t)
+	_, _, a0 := serveStub(t)
+	_, _, a1 := serveStub(t)
 	g, err := NewGateway(GatewayConfig{Addrs: []string{a0, a1}, RoutesToFirst: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	fleet, err := harness.StartFleet(harness.FleetConfig{Engines: 2, Engine: engine.Config{CapacityBlocks: 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
 	for i := 0; i < 4; i++ {
-		if _, err := g.Chooser(fleet, "m")(context.Background(), i, make([]uint32, 16), fmt.Sprint("r", i)); err != nil {
+		if _, _, err := g.Route(context.Background(), routeReq(fmt.Sprint("r", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
