@@ -3,6 +3,7 @@ package epp
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // scanRequest reads an OpenAI request's model and prompt in one pass over
@@ -46,7 +47,9 @@ func scanRequest(b []byte) (model string, prompt []byte, ok bool) {
 		v := b[i:vEnd]
 		switch string(key) {
 		case "model":
-			if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !json.Valid(v) {
+			// encoding/json replaces invalid UTF-8 with U+FFFD; such a
+			// name is left to it.
+			if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 || !utf8.Valid(v) || !json.Valid(v) {
 				return "", nil, false
 			}
 			model = string(v[1 : len(v)-1])
