@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
+	"github.com/kvrouter/kvrouter/internal/fleet"
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
 
@@ -130,6 +131,12 @@ func PodWorker(pod *corev1.Pod, d Defaults, pool *Pool) (*kvrouterv1.Worker, err
 		if replay > 0 && replay <= 65535 {
 			w.ReplayEndpoint = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(replay))
 		}
+	}
+	// Annotations that parse one by one can still combine into a worker
+	// the fleet refuses (events port + dp size past 65535, a blank
+	// name); that is the pod's annotation error, said here.
+	if err := fleet.Validate(w); err != nil {
+		return nil, fmt.Errorf("%w: pod %s: %w", ErrAnnotation, pod.Name, err)
 	}
 	return w, nil
 }
