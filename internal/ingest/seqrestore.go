@@ -107,8 +107,8 @@ func (s *seqState) restoreDone(rp *replayRun, ok bool) {
 // gave the new one (newEpoch): the new incarnation's live batches must not
 // be taken for another restart.
 func (s *seqState) restoreReset(why string, seq uint64, hasSeq, newEpoch bool) {
-	s.decide(outcomeReset, why, seq, hasSeq)
 	s.clear()
+	s.decide(outcomeReset, why, seq, hasSeq)
 	if !newEpoch {
 		s.epoch = nil
 	}
@@ -123,12 +123,12 @@ func (s *seqState) restoreLive(in seqInput) {
 	switch {
 	case s.epochDiffers(in.epoch):
 		s.took(ruleRestoreLiveEpoch)
-		s.decide(outcomeCleared, whyEpoch, in.seq, true)
 		s.clear()
+		s.decide(outcomeCleared, whyEpoch, in.seq, true)
 	case in.seq <= s.held.last:
 		s.took(ruleRestoreLiveCleared)
-		s.decide(outcomeCleared, "first live seq is not past the restored seq", in.seq, true)
 		s.clear()
+		s.decide(outcomeCleared, "first live seq is not past the restored seq", in.seq, true)
 	case in.seq > s.held.last+1:
 		s.took(ruleRestoreLiveAbove)
 		s.decide(outcomeRebuilt, "first live seq is past the restored seq + 1", in.seq, true)
@@ -140,7 +140,9 @@ func (s *seqState) restoreLive(in seqInput) {
 	}
 }
 
-// decide ends the restore with outcome o.
+// decide ends the restore with outcome o. It follows the actions that carry
+// the outcome out: the status it publishes must not be seen before the index
+// is what the outcome says.
 func (s *seqState) decide(o restoreOutcome, why string, arg uint64, hasArg bool) {
 	s.restoring = false
 	s.emit(seqAction{kind: actOutcome, outcome: o, reason: why, seq: s.restoredSeq, arg: arg, hasArg: hasArg})

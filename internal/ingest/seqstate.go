@@ -667,6 +667,12 @@ func (s *seqState) reply(in seqInput) {
 	}
 	s.took(ruleReplyApply)
 	s.emitApply(in.seq, in.sum)
+	// The buffer is the running incarnation's: after a catch-up found a
+	// restart and rebuilt, the live copies of what the rebuild applied
+	// carry this epoch and must not be taken for a second restart.
+	if in.epoch != nil {
+		s.epoch = append(s.epoch[:0], in.epoch...)
+	}
 }
 
 // replayDone ends the replay in progress and carries on with what waited for

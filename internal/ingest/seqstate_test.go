@@ -26,7 +26,7 @@ import (
 //	                             live batches; sum is the payload's digest (another
 //	                             engine incarnation's batch at the same seq differs),
 //	                             epoch the topic's sgl-kv-epoch
-//	replay-reply seq=<seqs> [sum=N] [undecodable=<seqs>]
+//	replay-reply seq=<seqs> [sum=N] [epoch=E] [undecodable=<seqs>]
 //	                             replies of the replay in progress
 //	undecodable seq=N            batch N did not decode (the harness steps this itself
 //	                             after an apply, see undecodable=)
