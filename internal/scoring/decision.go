@@ -24,8 +24,8 @@ type Decision struct {
 	// RandomMatched is the mean matched blocks over the candidates: what a
 	// uniformly random choice among them (round robin's) would have matched.
 	RandomMatched float64
-	// Candidates has the candidates' cost terms, the chosen one first when
-	// Route was given a limit.
+	// Candidates has the candidates' cost terms, the chosen one first (the
+	// status page and RouteResponse readers take the first for the choice).
 	Candidates []Candidate
 }
 
@@ -61,7 +61,8 @@ type Candidate struct {
 
 // fillDecision describes candidate pick of s (an index into s.cands) as the
 // choice in dec, with every candidate or, for maxCandidates > 0, that many
-// cheapest with the chosen one among them. dec.Candidates' memory is reused.
+// cheapest, the chosen one first either way. dec.Candidates' memory is
+// reused.
 func fillDecision(dec *Decision, ranks []*rank, s *scratch, pick, maxCandidates int) {
 	chosen := ranks[s.cands[pick]]
 	*dec = Decision{
@@ -71,8 +72,11 @@ func fillDecision(dec *Decision, ranks []*rank, s *scratch, pick, maxCandidates 
 	}
 	if maxCandidates <= 0 || maxCandidates >= len(s.cands) {
 		dec.Candidates = slices.Grow(dec.Candidates, len(s.cands))
+		dec.Candidates = append(dec.Candidates, s.candidate(ranks, pick))
 		for i := range s.cands {
-			dec.Candidates = append(dec.Candidates, s.candidate(ranks, i))
+			if i != pick {
+				dec.Candidates = append(dec.Candidates, s.candidate(ranks, i))
+			}
 		}
 		return
 	}

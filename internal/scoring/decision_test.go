@@ -24,6 +24,34 @@ func TestRouteMaxCandidates(t *testing.T) {
 	}
 }
 
+// With a limit at or above the candidate count every candidate is listed,
+// the chosen one first, as RouteResponse documents; here the chosen worker is
+// not the first rank, so listing in rank order would fail.
+func TestRouteAllCandidatesChosenFirst(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.DisablePrediction = true })
+	toks := tokens(1, 8*bs)
+	for i := range 4 {
+		f.addWorker(fmt.Sprint("w", i), "m", 1)
+		f.store(fmt.Sprint("w", i), 0, toks, 2*i, kv.TierDevice) // w3 holds the most
+	}
+	for _, limit := range []int{0, 4, 100} {
+		d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, "", 0, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.WorkerID != "w3" || len(d.Candidates) != 4 || d.Candidates[0].WorkerID != "w3" || d.Candidates[0].Cost != d.Cost {
+			t.Fatalf("limit %d: chose %s, candidates %+v; want all 4, w3 first", limit, d.WorkerID, d.Candidates)
+		}
+		seen := map[string]bool{}
+		for _, c := range d.Candidates {
+			seen[c.WorkerID] = true
+		}
+		if len(seen) != 4 {
+			t.Fatalf("limit %d: candidates %+v repeat a worker", limit, d.Candidates)
+		}
+	}
+}
+
 // With max_candidates 1 the chosen worker must be the one candidate returned,
 // also when temperature sampling chose a worker that is not the cheapest.
 func TestRouteMaxCandidatesOneKeepsChosen(t *testing.T) {
