@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 // hashes confirms the two tokenizations agree; holding fewer means they differ (a wrong tokenizer,
 // template or special-token setting), which otherwise shows only as cache hits that never come.
 // Only blocks the engine's events put in the index count, not the router's own predictions.
+//
+// The engine's last store events and the gateway's MarkFinished travel separately, and under load
+// the events can reach the index after MarkFinished does: a check that finds fewer blocks is
+// judged again at the first MarkFinished Grace later, and only then counted as a mismatch.
 
 // DriftConfig configures drift detection; zero fields take defaults.
 type DriftConfig struct {
@@ -27,6 +32,9 @@ type DriftConfig struct {
 	MinChecks int
 	WarnRate  float64
 	WarnEvery time.Duration
+	// Grace is how long a check that found fewer of the router's blocks waits for late events
+	// before it is judged again, for good.
+	Grace time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -47,6 +55,9 @@ func (c *DriftConfig) fill() {
 	if c.WarnEvery <= 0 {
 		c.WarnEvery = time.Minute
 	}
+	if c.Grace <= 0 {
+		c.Grace = 5 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -59,6 +70,7 @@ const (
 	uncheckedNoEvents    = "no_events"     // the worker publishes no KV events
 	uncheckedNotFinished = "not_finished"  // dropped from the pending set before MarkFinished
 	uncheckedNoScore     = "no_score"      // the worker left, or the model lost its workers
+	uncheckedLate        = "late"          // dropped while waiting to be judged again (MaxPending)
 )
 
 type driftCheck struct {
@@ -66,6 +78,7 @@ type driftCheck struct {
 	rank          uint32
 	hashes        []uint64
 	seq           uint64
+	due           time.Time // when a short check is judged again (zero: not looked at yet)
 }
 
 type driftWindow struct {
@@ -87,6 +100,7 @@ type driftTracker struct {
 	pending map[string]*driftCheck
 	order   []pendingRef // FIFO of pending ids, stale entries skipped
 	seq     uint64
+	late    []*driftCheck // short checks waiting for Grace, in due order
 	windows map[string]*driftWindow
 }
 
@@ -107,7 +121,7 @@ func newDriftTracker(cfg DriftConfig, reg prometheus.Registerer, log *slog.Logge
 		}, []string{"model"}),
 		mismatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_tokenization_mismatched_total",
-			Help: "Routed text prompts whose blocks the chosen engine did not store with the router's hashes by MarkFinished: the router's tokens likely differ from the engine's.",
+			Help: "Routed text prompts whose blocks the chosen engine did not store with the router's hashes by MarkFinished, nor Grace (5 s) later: the router's tokens likely differ from the engine's.",
 		}, []string{"model"}),
 		unchecked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvrouter_tokenization_unchecked_total",
@@ -173,13 +187,43 @@ func (t *driftTracker) take(requestID string) (*driftCheck, bool) {
 }
 
 // verdict judges c given how many of its leading blocks the worker's events put in the index
-// (held < 0: unknown).
+// (held < 0: unknown). A first look that finds fewer blocks waits for Grace (dueLate).
 func (t *driftTracker) verdict(c *driftCheck, held int) {
-	if held < 0 {
+	switch {
+	case held < 0:
 		t.unchecked.WithLabelValues(c.model, uncheckedNoScore).Inc()
-		return
+	case held < len(c.hashes) && c.due.IsZero():
+		c.due = t.cfg.Now().Add(t.cfg.Grace)
+		t.mu.Lock()
+		var dropped *driftCheck
+		if len(t.late) >= t.cfg.MaxPending {
+			dropped, t.late = t.late[0], t.late[1:]
+		}
+		t.late = append(t.late, c)
+		t.mu.Unlock()
+		if dropped != nil {
+			t.unchecked.WithLabelValues(dropped.model, uncheckedLate).Inc()
+		}
+	default:
+		t.outcome(c.model, held < len(c.hashes))
 	}
-	t.outcome(c.model, held < len(c.hashes))
+}
+
+// dueLate removes and returns the short checks whose Grace has passed, to be judged again.
+func (t *driftTracker) dueLate() []*driftCheck {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for n < len(t.late) && !t.late[n].due.After(now) {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	out := slices.Clone(t.late[:n])
+	t.late = slices.Delete(t.late, 0, n)
+	return out
 }
 
 func (t *driftTracker) outcome(model string, mismatch bool) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,26 +48,39 @@ func TestDriftTracker(t *testing.T) {
 	}
 	tr.verdict(c, 3)
 	c, _ = tr.take("r3")
+	tr.verdict(c, 2) // short: judged again after Grace
+	if testutil.ToFloat64(tr.confirmed.WithLabelValues("m")) != 1 || testutil.ToFloat64(tr.mismatched.WithLabelValues("m")) != 0 {
+		t.Fatal("want one confirmed (all 3 blocks held) and the short one waiting")
+	}
+	now = now.Add(time.Second)
+	if late := tr.dueLate(); len(late) != 0 {
+		t.Fatalf("%d checks due before Grace", len(late))
+	}
+	now = now.Add(5 * time.Second)
+	late := tr.dueLate()
+	if len(late) != 1 || late[0] != c {
+		t.Fatalf("due after Grace: %v, want r3's check", late)
+	}
 	tr.verdict(c, 2)
-	if testutil.ToFloat64(tr.confirmed.WithLabelValues("m")) != 1 || testutil.ToFloat64(tr.mismatched.WithLabelValues("m")) != 1 {
-		t.Fatal("want one confirmed (all 3 blocks held) and one mismatched (2 of 3)")
+	if testutil.ToFloat64(tr.mismatched.WithLabelValues("m")) != 1 || len(tr.dueLate()) != 0 {
+		t.Fatal("want r3 mismatched (2 of 3) at its second look, and nothing left waiting")
 	}
 	if strings.Contains(logBuf.String(), "drift") {
 		t.Fatal("warned before MinChecks")
 	}
 	for i := 0; i < 2; i++ {
-		tr.verdict(&driftCheck{model: "m", hashes: h}, 0)
+		tr.verdict(&driftCheck{model: "m", hashes: h, due: now}, 0)
 	}
 	if !strings.Contains(logBuf.String(), "level=WARN") || !strings.Contains(logBuf.String(), "model=m mismatched=3 checked=4") {
 		t.Fatalf("no WARN at 3 of 4 mismatched:\n%s", logBuf.String())
 	}
 	logBuf.Reset()
-	tr.verdict(&driftCheck{model: "m", hashes: h}, 0)
+	tr.verdict(&driftCheck{model: "m", hashes: h, due: now}, 0)
 	if logBuf.Len() != 0 {
 		t.Fatal("warned twice within WarnEvery")
 	}
 	now = now.Add(time.Minute)
-	tr.verdict(&driftCheck{model: "m", hashes: h}, 0)
+	tr.verdict(&driftCheck{model: "m", hashes: h, due: now}, 0)
 	if !strings.Contains(logBuf.String(), "checked=6") {
 		t.Fatalf("no WARN after WarnEvery:\n%s", logBuf.String())
 	}
@@ -88,6 +102,20 @@ func TestDriftOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	drift := e.srv.text.drift
+	var clock atomic.Int64 // the drift clock, in seconds; set while no RPC runs
+	drift.cfg.Now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	ticks := 0
+	tick := func() { // past Grace, and another request's MarkFinished to judge what waited
+		clock.Add(int64(drift.cfg.Grace/time.Second) + 1)
+		ticks++
+		id := fmt.Sprint("tick-", ticks)
+		if _, err := e.router.Route(c, &kvrouterv1.RouteRequest{RequestId: id, Prompt: &kvrouterv1.Prompt{Model: "m", Text: "hi"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.router.MarkFinished(c, &kvrouterv1.RequestRef{RequestId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	seq := uint64(0)
 	// store publishes the engine's blocks of toks until a token_ids Score sees them.
 	store := func(engineHash uint64, toks []uint32) {
@@ -137,7 +165,23 @@ func TestDriftOverGRPC(t *testing.T) {
 	if _, err := e.router.MarkFinished(c, &kvrouterv1.RequestRef{RequestId: "drift"}); err != nil {
 		t.Fatal(err)
 	}
+	if got := testutil.ToFloat64(drift.mismatched.WithLabelValues("m")); got != 0 {
+		t.Fatalf("mismatched = %v before Grace, want 0", got)
+	}
+	tick()
 	if len(mine)/blockSize == 0 || testutil.ToFloat64(drift.mismatched.WithLabelValues("m")) != 1 {
 		t.Fatalf("mismatched = %v, want 1", testutil.ToFloat64(drift.mismatched.WithLabelValues("m")))
+	}
+	// The engine's events arrive after MarkFinished: confirmed at the second look, not mismatched.
+	third := "A third prompt whose engine publishes its blocks only after the gateway marks it finished, as under load."
+	route("late", third)
+	if _, err := e.router.MarkFinished(c, &kvrouterv1.RequestRef{RequestId: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	toks3, _ := tk.Encode(third, true)
+	store(0xc000, toks3)
+	tick()
+	if got, bad := testutil.ToFloat64(drift.confirmed.WithLabelValues("m")), testutil.ToFloat64(drift.mismatched.WithLabelValues("m")); got != 2 || bad != 1 {
+		t.Fatalf("confirmed = %v, mismatched = %v; want the late one confirmed (2, 1)", got, bad)
 	}
 }

@@ -99,16 +99,21 @@ func (s *Server) noteRouted(res *textResult, p *scoring.Prompt, requestID string
 	s.text.drift.routed(p.Model, requestID, d.WorkerID, d.DPRank, hashes, hasEvents)
 }
 
-// checkDrift judges a finished request's pending drift check: how many of the router's blocks
-// does the worker it was routed to hold now?
+// checkDrift judges a finished request's pending drift check, and the short checks whose grace
+// has passed: how many of the router's blocks does the worker it was routed to hold now?
 func (s *Server) checkDrift(requestID string) {
 	if s.text == nil {
 		return
 	}
-	c, ok := s.text.drift.take(requestID)
-	if !ok {
-		return
+	if c, ok := s.text.drift.take(requestID); ok {
+		s.judgeDrift(c)
 	}
+	for _, c := range s.text.drift.dueLate() {
+		s.judgeDrift(c)
+	}
+}
+
+func (s *Server) judgeDrift(c *driftCheck) {
 	held := -1
 	if res, err := s.router.Score(&scoring.Prompt{Model: c.model, BlockHashes: c.hashes}); err == nil {
 		held = 0
