@@ -119,7 +119,11 @@ func discoveryModule(a *App) error {
 		return nil
 	}
 	a.OnPhase(PhaseStarted, func(context.Context) error {
-		sources, err := c.sources(a)
+		m, err := discovery.NewMetrics(a.reg)
+		if err != nil {
+			return fmt.Errorf("discovery: %w", err)
+		}
+		sources, err := c.sources(a, m)
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
@@ -128,7 +132,7 @@ func discoveryModule(a *App) error {
 			names = append(names, s.Name())
 		}
 		syncer, err := discovery.NewSyncer(discovery.SyncConfig{Registry: a.Fleet(), Sources: names,
-			RetryInterval: c.RetryInterval, Logger: a.log, OnSync: c.OnSync})
+			RetryInterval: c.RetryInterval, Logger: a.log, OnSync: c.OnSync, Metrics: m})
 		if err != nil {
 			return err
 		}
@@ -147,11 +151,11 @@ func discoveryModule(a *App) error {
 	return nil
 }
 
-func (c *DiscoveryConfig) sources(a *App) ([]discovery.Source, error) {
+func (c *DiscoveryConfig) sources(a *App, m *discovery.Metrics) ([]discovery.Source, error) {
 	var out []discovery.Source
 	if k := c.Kubernetes; k.Enabled {
 		kc := discovery.KubeConfig{Client: c.Clientset, Dynamic: c.Dynamic, Namespace: k.Namespace, Selector: k.Selector,
-			Pool: k.InferencePool, Defaults: c.Defaults, Resync: k.Resync, Logger: a.log}
+			Pool: k.InferencePool, Defaults: c.Defaults, Resync: k.Resync, Logger: a.log, Metrics: m}
 		if err := inCluster(&kc); err != nil {
 			return nil, err
 		}
@@ -171,7 +175,7 @@ func (c *DiscoveryConfig) sources(a *App) ([]discovery.Source, error) {
 			server = net.JoinHostPort(rc.Servers[0], rc.Port)
 		}
 		src, err := discovery.NewDNS(discovery.DNSConfig{Name: d.Name, SRV: d.SRV, Server: server, Interval: d.Interval,
-			Defaults: c.Defaults, Logger: a.log})
+			Defaults: c.Defaults, Logger: a.log, Metrics: m})
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 	"github.com/kvrouter/kvrouter/internal/fleet"
 )
@@ -63,7 +66,11 @@ func TestSyncerPrecedence(t *testing.T) {
 	ctx := context.Background()
 	reg.Upsert(ctx, wk("cfg", "c:1"), string(fleet.SourceConfig))
 	reg.Upsert(ctx, wk("old", "o:1"), string(fleet.SourceDiscovery)) // from before a restart
-	s, err := NewSyncer(SyncConfig{Registry: reg, Sources: []string{"dns", "kubernetes"}})
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSyncer(SyncConfig{Registry: reg, Sources: []string{"dns", "kubernetes"}, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +86,9 @@ func TestSyncerPrecedence(t *testing.T) {
 	r = s.Sync(ctx)
 	if !r.Complete || len(r.Errors) != 1 || !errors.Is(r.Errors[0], fleet.ErrInvalid) {
 		t.Fatalf("second sync %+v; want complete with one ErrInvalid", r)
+	}
+	if got := testutil.ToFloat64(m.refused); got != 1 {
+		t.Fatalf("registry errors counted %v; want 1 (outranked workers are not refusals)", got)
 	}
 	if got, want := reg.String(), "cfg=c:1(config) d=d:1(discovery) p=k:2(discovery)"; got != want {
 		t.Fatalf("registry %q; want %q", got, want)

@@ -37,6 +37,8 @@ type DNSConfig struct {
 	// Defaults give the model (required) and the other fields.
 	Defaults Defaults
 	Logger   *slog.Logger
+	// Metrics count the records found and skipped; nil counts nothing.
+	Metrics *Metrics
 }
 
 // DNS is a Source of the workers a DNS name resolves to.
@@ -77,9 +79,11 @@ func (d *DNS) Run(ctx context.Context, report func([]*kvrouterv1.Worker)) error 
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	for {
-		if ws, err := d.Resolve(ctx); err != nil {
+		if ws, skipped, err := d.resolve(ctx); err != nil {
 			d.log.Warn("discovery: not reporting", "source", d.Name(), "err", err)
+			d.cfg.Metrics.failed(d.Name())
 		} else {
+			d.cfg.Metrics.looked(d.Name(), len(ws), skipped)
 			report(ws)
 		}
 		select {
@@ -92,21 +96,28 @@ func (d *DNS) Run(ctx context.Context, report func([]*kvrouterv1.Worker)) error 
 
 // Resolve looks the name up once and returns its workers, sorted by id.
 func (d *DNS) Resolve(ctx context.Context) ([]*kvrouterv1.Worker, error) {
+	ws, _, err := d.resolve(ctx)
+	return ws, err
+}
+
+// resolve is Resolve that also counts the SRV targets it skipped for
+// having no address.
+func (d *DNS) resolve(ctx context.Context) (_ []*kvrouterv1.Worker, skipped int, _ error) {
 	name := dns.Fqdn(d.cfg.Name)
 	var out []*kvrouterv1.Worker
 	if !d.cfg.SRV {
 		ips, err := d.addrs(ctx, name, nil)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, ip := range ips {
 			out = append(out, d.worker(ip, ip, d.cfg.Defaults.Port))
 		}
-		return out, nil
+		return out, 0, nil
 	}
 	resp, err := d.query(ctx, name, dns.TypeSRV)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for _, rr := range resp.Answer {
 		srv, ok := rr.(*dns.SRV)
@@ -115,16 +126,17 @@ func (d *DNS) Resolve(ctx context.Context) ([]*kvrouterv1.Worker, error) {
 		}
 		ips, err := d.addrs(ctx, srv.Target, resp.Extra)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(ips) == 0 {
 			d.log.Warn("discovery: SRV target has no address", "target", srv.Target)
+			skipped++
 			continue
 		}
 		out = append(out, d.worker(strings.TrimSuffix(srv.Target, "."), ips[0], int(srv.Port)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].WorkerId < out[j].WorkerId })
-	return out, nil
+	return out, skipped, nil
 }
 
 func (d *DNS) worker(id, ip string, port int) *kvrouterv1.Worker {

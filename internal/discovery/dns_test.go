@@ -8,6 +8,10 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
 )
 
 // zone is a DNS server on loopback answering from records the test
@@ -131,5 +135,47 @@ func TestDNSA(t *testing.T) {
 	z.set(dns.RcodeServerFailure)
 	if _, err := s.Resolve(context.Background()); !errors.Is(err, ErrDNS) {
 		t.Fatalf("SERVFAIL: %v; want ErrDNS", err)
+	}
+}
+
+// A look counts the workers it found and the SRV targets it skipped for
+// having no address; a failed look is counted and reports nothing.
+func TestDNSMetrics(t *testing.T) {
+	z := startZone(t)
+	z.set(dns.RcodeSuccess,
+		"_http._tcp.vllm.llm.svc. 5 IN SRV 0 50 8000 vllm-0.vllm.llm.svc.",
+		"_http._tcp.vllm.llm.svc. 5 IN SRV 0 50 8000 vllm-1.vllm.llm.svc.",
+		"vllm-0.vllm.llm.svc. 5 IN A 10.0.0.1")
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultDefaults()
+	d.Model = "llama"
+	run := func() <-chan []*kvrouterv1.Worker {
+		s, err := NewDNS(DNSConfig{Name: "_http._tcp.vllm.llm.svc", SRV: true, Server: z.addr(), Interval: 1 << 62, Defaults: d, Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		reports := make(chan []*kvrouterv1.Worker, 1)
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run(ctx, func(ws []*kvrouterv1.Worker) { reports <- ws }) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return reports
+	}
+	if ws := <-run(); len(ws) != 1 {
+		t.Fatalf("reported %d workers; want 1", len(ws))
+	}
+	if w, s := testutil.ToFloat64(m.workers.WithLabelValues("dns")), testutil.ToFloat64(m.skipped.WithLabelValues("dns")); w != 1 || s != 1 {
+		t.Fatalf("workers %v skipped %v; want 1 and 1", w, s)
+	}
+	z.set(dns.RcodeServerFailure)
+	reports := run()
+	eventually(t, "the failed look counted", func() bool { return testutil.ToFloat64(m.failures.WithLabelValues("dns")) == 1 })
+	select {
+	case ws := <-reports:
+		t.Fatalf("a failed look reported %v", ws)
+	default:
 	}
 }

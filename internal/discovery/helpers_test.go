@@ -116,3 +116,16 @@ func waitRegistry(t *testing.T, results <-chan Result, reg *memRegistry, want st
 		}
 	}
 }
+
+// eventually polls cond until it holds, for what no sync result reports
+// (a source's failed look). The deadline only bounds a failing test.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval, not synchronization
+	}
+}

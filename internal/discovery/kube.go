@@ -40,6 +40,8 @@ type KubeConfig struct {
 	Resync time.Duration
 	// Logger receives skipped pods; nil discards.
 	Logger *slog.Logger
+	// Metrics count the pods found and skipped; nil counts nothing.
+	Metrics *Metrics
 }
 
 // Kube is a Source of the ready pods a selector or an InferencePool
@@ -108,10 +110,12 @@ func (k *Kube) Run(ctx context.Context, report func([]*kvrouterv1.Worker)) error
 		return ctx.Err()
 	}
 	for {
-		ws, err := k.workers(pods.Lister().Pods(k.cfg.Namespace), pools)
+		ws, skipped, err := k.workers(pods.Lister().Pods(k.cfg.Namespace), pools)
 		if err != nil {
 			k.log.Warn("discovery: not reporting", "source", k.Name(), "err", err)
+			k.cfg.Metrics.failed(k.Name())
 		} else {
+			k.cfg.Metrics.looked(k.Name(), len(ws), skipped)
 			report(ws)
 		}
 		select {
@@ -137,26 +141,27 @@ func (k *Kube) handler() cache.ResourceEventHandler {
 }
 
 // workers lists the ready pods as workers. A pod whose annotations do not
-// parse is logged and skipped; a missing or unusable pool is an error (the
-// last report stands rather than every worker leaving over a typo).
-func (k *Kube) workers(pods podLister, pools cache.GenericLister) ([]*kvrouterv1.Worker, error) {
+// parse is logged, counted in skipped, and left out; a missing or unusable
+// pool is an error (the last report stands rather than every worker
+// leaving over a typo).
+func (k *Kube) workers(pods podLister, pools cache.GenericLister) (_ []*kvrouterv1.Worker, skipped int, _ error) {
 	var pool *Pool
 	if pools != nil {
 		obj, err := pools.ByNamespace(k.cfg.Namespace).Get(k.cfg.Pool)
 		if err != nil {
-			return nil, fmt.Errorf("InferencePool %s/%s: %w", k.cfg.Namespace, k.cfg.Pool, err)
+			return nil, 0, fmt.Errorf("InferencePool %s/%s: %w", k.cfg.Namespace, k.cfg.Pool, err)
 		}
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
-			return nil, fmt.Errorf("InferencePool %s/%s: unexpected %T", k.cfg.Namespace, k.cfg.Pool, obj)
+			return nil, 0, fmt.Errorf("InferencePool %s/%s: unexpected %T", k.cfg.Namespace, k.cfg.Pool, obj)
 		}
 		if pool, err = ParsePool(u); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	list, err := pods.List(k.selector)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	var out []*kvrouterv1.Worker
@@ -167,11 +172,12 @@ func (k *Kube) workers(pods podLister, pools cache.GenericLister) ([]*kvrouterv1
 		w, err := PodWorker(p, k.cfg.Defaults, pool)
 		if err != nil {
 			k.log.Warn("discovery: pod skipped", "pod", p.Name, "err", err)
+			skipped++
 			continue
 		}
 		out = append(out, w)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 type podLister interface {

@@ -15,6 +15,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvrouter/kvrouter/internal/fleet"
 )
 
@@ -86,7 +89,11 @@ func TestKubePods(t *testing.T) {
 		pod("other", "10.0.0.9", true, map[string]string{"app": "db"}, nil))
 	d := DefaultDefaults()
 	d.Model = "llama"
-	k, err := NewKube(KubeConfig{Client: client, Namespace: ns, Selector: "app=vllm", Defaults: d})
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKube(KubeConfig{Client: client, Namespace: ns, Selector: "app=vllm", Defaults: d, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +126,27 @@ func TestKubePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRegistry(t, results, reg, "vllm-0=10.0.0.7:8000(discovery)")
+	if w, s := testutil.ToFloat64(m.workers.WithLabelValues("kubernetes")), testutil.ToFloat64(m.skipped.WithLabelValues("kubernetes")); w != 1 || s != 0 {
+		t.Fatalf("workers %v skipped %v; want 1 and 0", w, s)
+	}
+
+	// A ready pod whose annotations do not parse is left out and counted;
+	// fixed, it joins and the count drops.
+	bad := map[string]string{AnnotationPort: "80000"}
+	if _, err := pods.Create(ctx, pod("vllm-2", "10.0.0.3", true, engineLabels, bad), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the bad pod counted as skipped", func() bool {
+		return testutil.ToFloat64(m.skipped.WithLabelValues("kubernetes")) == 1
+	})
+	if got := reg.String(); got != "vllm-0=10.0.0.7:8000(discovery)" {
+		t.Fatalf("registry %q with a bad pod; want it unchanged", got)
+	}
+	update(pod("vllm-2", "10.0.0.3", true, engineLabels, nil))
+	waitRegistry(t, results, reg, "vllm-0=10.0.0.7:8000(discovery) vllm-2=10.0.0.3:8000(discovery)")
+	if s := testutil.ToFloat64(m.skipped.WithLabelValues("kubernetes")); s != 0 {
+		t.Fatalf("skipped %v after the fix; want 0", s)
+	}
 }
 
 func inferencePool(ports ...int64) *unstructured.Unstructured {
@@ -146,7 +174,11 @@ func TestKubeInferencePool(t *testing.T) {
 		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList"}, inferencePool(8000, 8001))
 	d := DefaultDefaults()
 	d.Model = "llama"
-	k, err := NewKube(KubeConfig{Client: client, Dynamic: dyn, Namespace: ns, Pool: "pool", Defaults: d})
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKube(KubeConfig{Client: client, Dynamic: dyn, Namespace: ns, Pool: "pool", Defaults: d, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +195,18 @@ func TestKubeInferencePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRegistry(t, results, reg, "vllm-0=10.0.0.1:9000(discovery)")
+
+	// The pool deleted: each look fails and is counted, and the last
+	// report stands rather than every worker leaving.
+	if err := dyn.Resource(InferencePoolGVR).Namespace(ns).Delete(ctx, "pool", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a failed look counted after the pool was deleted", func() bool {
+		return testutil.ToFloat64(m.failures.WithLabelValues("kubernetes")) > 0
+	})
+	if got := reg.String(); got != "vllm-0=10.0.0.1:9000(discovery)" {
+		t.Fatalf("registry %q without the pool; want the last report to stand", got)
+	}
 }
 
 func TestParsePool(t *testing.T) {

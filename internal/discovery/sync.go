@@ -41,6 +41,8 @@ type SyncConfig struct {
 	Logger *slog.Logger
 	// OnSync, when set, is told each sync's result (tests wait on it).
 	OnSync func(Result)
+	// Metrics count the registry's refusals; nil counts nothing.
+	Metrics *Metrics
 }
 
 // Result is what one sync did.
@@ -158,6 +160,7 @@ func (s *Syncer) Sync(ctx context.Context) Result {
 			s.log.Warn("discovery: worker not unregistered", "worker", id, "err", err)
 		}
 	}
+	s.cfg.Metrics.refusals(len(res.Errors))
 	if s.cfg.OnSync != nil {
 		s.cfg.OnSync(res)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/app"
 	"github.com/kvrouter/kvrouter/internal/cluster"
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
+	"github.com/kvrouter/kvrouter/internal/discovery"
 	"github.com/kvrouter/kvrouter/internal/docgen"
 	"github.com/kvrouter/kvrouter/internal/epp"
 	"github.com/kvrouter/kvrouter/internal/ingest"
@@ -77,6 +78,9 @@ func All(t testing.TB) []docgen.Metric {
 		t.Fatal(err)
 	}
 	if _, err := epp.New(epp.Config{Router: idleRouter{}, Fleet: idleRouter{}, Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := discovery.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := server.NewAuth(server.AuthConfig{Registerer: rec}); err != nil {
