@@ -15,7 +15,8 @@ import (
 // policy its hit rate of the pooled ceiling, its TTFT p50 and p99 over the
 // baseline's (x, lower is better) and its load imbalance (max / mean per
 // engine of prompt tokens, and of uncached prompt blocks); the baseline's own
-// TTFT in seconds for scale.
+// TTFT in seconds for scale. On the vLLM engine model each cell also gives
+// the TTFT floor (TTFTFloor) no router can beat.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	if r.EngineModel == engine.ModelVLLM.String() {
@@ -27,6 +28,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	b.WriteString("| trace | blocks | load | ceiling |")
 	sep := "|---|---|---|---|"
+	floor := r.EngineModel == engine.ModelVLLM.String()
+	if floor {
+		b.WriteString(" TTFT floor p50 / p99 s |")
+		sep += "---|"
+	}
 	for _, p := range r.Policies {
 		if p.Name == r.Baseline {
 			fmt.Fprintf(&b, " %s of ceiling | %s TTFT p50 / p99 s | %s imbalance prompt / prefill |", p.Name, p.Name, p.Name)
@@ -39,6 +45,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	for i := range r.Cells {
 		c := &r.Cells[i]
 		fmt.Fprintf(&b, "| %s | %d | %s | %.1f%% |", c.Trace, c.Capacity, pct(c.Load), 100*c.PooledCeiling)
+		switch {
+		case floor && c.TTFTFloor != nil:
+			fmt.Fprintf(&b, " %.3f / %.3f |", c.TTFTFloor.P50.Seconds(), c.TTFTFloor.P99.Seconds())
+		case floor:
+			b.WriteString(" - |")
+		}
 		for _, p := range r.Policies {
 			res, ok := c.Result(p.Name)
 			if !ok {

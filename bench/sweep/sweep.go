@@ -31,6 +31,7 @@ import (
 	"github.com/kvrouter/kvrouter/bench/engine"
 	"github.com/kvrouter/kvrouter/bench/harness"
 	"github.com/kvrouter/kvrouter/bench/replay"
+	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
 	"github.com/kvrouter/kvrouter/bench/tracegen"
 )
@@ -207,6 +208,10 @@ type Cell struct {
 	Results        []Result `json:"results"`
 	WallSeconds    float64  `json:"wall_seconds"`
 	UnlimitedIDHit float64  `json:"unlimited_cache_hit_rate"`
+	// TTFTFloor is the p50 and p99 of TTFTFloor over the cell's requests
+	// (vLLM engine model only): TTFT targets below them are out of reach
+	// for any router.
+	TTFTFloor *stats.Summary `json:"ttft_floor,omitempty"`
 }
 
 // Name is the cell's label, e.g. "chat/4096/100%".
@@ -311,6 +316,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				cell := Cell{Trace: t.Name, Capacity: capacity, Load: load, TimeScale: f, TokenCost: cost.String(),
 					Requests: len(reqs), TraceSeconds: duration(reqs).Seconds(),
 					PooledCeiling: ceiling, UnlimitedIDHit: unlimited}
+				if cfg.EngineModel == engine.ModelVLLM {
+					fl := stats.Summarize(TTFTFloor(reqs, engine.SchedConfig{MaxNumBatchedTokens: cfg.MaxNumBatchedTokens}))
+					cell.TTFTFloor = &fl
+				}
 				if cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "sweep: cell %d/%d %s: %d requests over %.0f s of trace time (arrivals x %.3g), ceiling %.1f%%\n",
 						len(rep.Cells)+1, total, cell.Name(), len(reqs), cell.TraceSeconds, f, 100*ceiling)

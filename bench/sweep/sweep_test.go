@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/bench/engine"
+	"github.com/kvrouter/kvrouter/bench/stats"
 	"github.com/kvrouter/kvrouter/bench/trace"
 )
 
@@ -63,6 +64,29 @@ func TestReportRendersEveryCell(t *testing.T) {
 	svg := rep.SVG()
 	if !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "a/4096/70%") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Fatalf("svg:\n%s", svg)
+	}
+}
+
+// TestReportFloorColumn: on the vLLM model each row gives the TTFT floor.
+func TestReportFloorColumn(t *testing.T) {
+	results := func() []Result {
+		r := []Result{{}, {}}
+		r[0].Policy, r[1].Policy = Policies[0].Name, Baseline
+		return r
+	}
+	fl := stats.Summary{P50: 20 * time.Millisecond, P99: 175 * time.Millisecond}
+	rep := &Report{Engines: 2, Policies: Policies, Baseline: Baseline, EngineModel: engine.ModelVLLM.String(), Cells: []Cell{
+		{Trace: "a", Capacity: 4096, Load: 1, PooledCeiling: 0.5, TTFTFloor: &fl, Results: results()},
+		{Trace: "b", Capacity: 4096, Load: 1, PooledCeiling: 0.5, Results: results()},
+	}}
+	var b strings.Builder
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| ceiling | TTFT floor p50 / p99 s |", "| a | 4096 | 100% | 50.0% | 0.020 / 0.175 |", "| b | 4096 | 100% | 50.0% | - |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
