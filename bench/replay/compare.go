@@ -192,7 +192,10 @@ type PolicyResult struct {
 	PrefillImbalance float64       `json:"prefill_imbalance"`
 	PromptTokens     []uint64      `json:"prompt_tokens_per_engine"`
 	TTFT             stats.Summary `json:"ttft"`
-	Route            stats.Summary `json:"route_latency"`
+	// TPOT is the time per output token after the first (vLLM engine model
+	// only): what a rank piled with decode context costs its requests.
+	TPOT  stats.Summary `json:"tpot"`
+	Route stats.Summary `json:"route_latency"`
 	// RouterHitRate is matched / prompt blocks as Route answered (the router's view).
 	RouterHitRate   float64 `json:"router_hit_rate"`
 	EventsPublished uint64  `json:"events_published"`

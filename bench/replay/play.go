@@ -21,7 +21,7 @@ type player struct {
 	res     *PlayResult
 	queues  []chan job
 
-	mu         sync.Mutex // guards res.TTFT, res.PromptTokens
+	mu         sync.Mutex // guards res.TTFT, res.TPOT, res.PromptTokens
 	markErrs   atomic.Int64
 	pubErrs    atomic.Int64
 	dropped    atomic.Int64
@@ -288,6 +288,7 @@ func (p *player) stepperWorker(w int) {
 			}
 		},
 		first: func(j *liveJob, at time.Duration) {
+			j.first = at
 			p.mu.Lock()
 			p.res.TTFT = append(p.res.TTFT, at-j.arrival)
 			p.res.PromptTokens[w] += uint64(len(j.tokens))
@@ -302,7 +303,12 @@ func (p *player) stepperWorker(w int) {
 				}()
 			}
 		},
-		finished: func(j *liveJob, _ time.Duration) {
+		finished: func(j *liveJob, at time.Duration) {
+			if j.output > 1 {
+				p.mu.Lock()
+				p.res.TPOT = append(p.res.TPOT, (at-j.first)/time.Duration(j.output-1))
+				p.mu.Unlock()
+			}
 			close(j.done)
 			if !j.marking {
 				p.inflight.Done()

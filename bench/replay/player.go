@@ -103,6 +103,10 @@ type PlayResult struct {
 	Requests int
 	// TTFT are simulated times to first token, one per request.
 	TTFT []time.Duration
+	// TPOT are simulated times per output token after the first, one per
+	// request of more than one output token (vLLM engine model only: the
+	// old model decodes at a fixed rate whatever the engine holds).
+	TPOT []time.Duration
 	// RouteLatency are Route latencies of routed requests.
 	RouteLatency []time.Duration
 	// RouterMatched and RouterPromptBlocks sum the router's own view.

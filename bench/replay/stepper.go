@@ -35,6 +35,7 @@ type liveJob struct {
 	job
 	done    chan struct{} // closed when it finishes or is dropped
 	marking bool          // a goroutine is marking it to the router
+	first   time.Duration // when its first token came (simulated)
 }
 
 // runStepper serves q's requests on e (a ModelVLLM engine) until q is

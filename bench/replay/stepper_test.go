@@ -128,3 +128,33 @@ func TestPlayVLLMCancel(t *testing.T) {
 		t.Fatal("cancelled play did not return")
 	}
 }
+
+// TestPlayVLLMTPOT: every request of more than one output token reports its
+// time per output token, and a burst piled on one engine decodes slower than
+// the same burst spread over three (its steps carry the others' decodes and
+// KV reads), which is what the TPOT column is there to show.
+func TestPlayVLLMTPOT(t *testing.T) {
+	p50 := map[string]time.Duration{}
+	for name, choose := range map[string]ChooseFunc{
+		"spread": RoundRobin(3),
+		"piled":  func(context.Context, int, []uint32, string) (Choice, error) { return Choice{Engine: 0}, nil },
+	} {
+		fleet := vllmFleet(t, 3, 2000)
+		pr, err := Play(context.Background(), PlayConfig{Fleet: fleet, Requests: burstyTrace(), Clock: Clock{T0: time.Now(), SpeedUp: 100000}, Choose: choose})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.TPOT) != 30 || pr.Dropped != 0 {
+			t.Fatalf("%s: %d TPOTs for 30 requests, %d dropped (%s)", name, len(pr.TPOT), pr.Dropped, pr.FirstError)
+		}
+		slices.Sort(pr.TPOT)
+		if pr.TPOT[0] <= 0 {
+			t.Fatalf("%s: TPOT %v", name, pr.TPOT[0])
+		}
+		p50[name] = pr.TPOT[15]
+	}
+	if p50["piled"] <= p50["spread"] {
+		t.Fatalf("TPOT p50 piled %v, spread %v: a piled engine decodes no slower", p50["piled"], p50["spread"])
+	}
+	t.Logf("TPOT p50: piled %v, spread %v", p50["piled"], p50["spread"])
+}
