@@ -11,19 +11,24 @@ import (
 // ranks whose load stays within BalanceFactor times the model's mean once
 // this request is counted, less for a rank that holds little of the prompt.
 //
-// The load is a rank's recent routed context: the prompt blocks of the
-// requests routed to it, cached or not, each weighted exp(-k / N) where k
-// is how many requests the model has been routed since, over a window of
+// The load is a rank's recent routed prefill: the prompt blocks of the
+// requests routed to it that it did not hold when they were routed, each
+// weighted exp(-k / N) where k is how many requests the model has been
+// routed since, over a window of
 //
 //	N = ranks x (2 / (c - 1))^2
 //
-// requests (no decay for c = 1). Prompt blocks, cached ones included, are
-// what the request holds in the rank's KV memory and reads at every decode
-// step; counting them as they are routed bounds the rate at which context
-// reaches a rank, whatever its cache saves it in prefill. (The in-flight
-// context alone does not bound it: a rank holding sticky sessions serves
-// their cached prompts without prefill, its requests finish sooner, and it
-// takes many more prompt tokens per in-flight block than its share.)
+// requests (no decay for c = 1). Prefill is what queues on an engine that
+// schedules its running decodes first and chunks prefills into what is left
+// of each step's token budget (vLLM V1, SGLang): a rank that takes more
+// than its share of it makes every request behind it wait. The context a
+// request finds cached is not counted. It costs the rank no prefill, only
+// KV memory and the reads of every decode step, which slow each step a
+// little: the time cost prices that (its learned prefill rate falls as the
+// rank's decode blocks grow). Bounding it as well would move a session off
+// the rank holding its context as the context grows, and the next rank
+// prefills all of it again; that re-prefill, not the slower steps, is what
+// a long session's first token waits on.
 //
 // The window is in routed requests, not seconds, so it means the same at
 // any request rate and through timing stalls. Its length is set by noise:
@@ -103,14 +108,15 @@ func (s *balanceState) rescale(ranks []*rank) {
 	s.scale = 1
 }
 
-// routedAdded counts q's prompt on its rank's load. The caller holds m.mu.
+// routedAdded counts q's prefill (the prompt blocks its rank did not hold)
+// on the rank's load. The caller holds m.mu.
 func (m *model) routedAdded(q *request) {
 	b := &m.fleet.balance
 	if b.scale == 0 { // (a remote request before any Route here)
 		b.scale, b.grow = 1, 1
 	}
 	b.scale *= b.grow
-	w := float64(q.decodeBlocks) * b.scale
+	w := float64(q.prefillBlocks) * b.scale
 	q.rank.routed += w
 	if !q.rank.unlisted {
 		b.total += w
@@ -183,7 +189,7 @@ func (r *Router) balanceOf(m *model, ranks []*rank) *balanceState {
 // Imbalance is one model's load imbalance across its ranks.
 type Imbalance struct {
 	Model string
-	// Ratio is the largest rank's recent routed context (the guard's load,
+	// Ratio is the largest rank's recent routed prefill (the guard's load,
 	// whether or not the guard is on) over the mean of the model's ranks: 1
 	// is even, BalanceFactor is where the guard holds a rank. 0 before the
 	// model's first Route.

@@ -28,16 +28,18 @@ func guardLoads(r *Router, model string) (map[string]float64, float64) {
 	return out, total
 }
 
-// TestGuardBoundsAStickyPrefix routes prompts that all extend one prefix
-// cached on w0 (the worst case for balance: the cost sends every one to w0),
-// some finished, some left in flight. With the guard every Route must leave
-// the chosen rank within its bound plus the request (c x the mean for w0,
-// which holds the prompt; (1 + c) / 2 x the mean for the others), and w0 takes a
-// share near it (the bound is on the window, not the whole run); without
-// it w0 takes everything. The guard's loads
-// must also be the plain decayed sums (forward decay, rescaled past
-// maxScale: with c = 3 the window is 8 x (2/2)^2 = 8 requests, so 3,000
-// Routes grow the scale past 1e100 many times).
+// TestGuardBoundsAStickyPrefix routes prompts of 1-255 blocks that all
+// extend one 128-block prefix cached on w0 (the worst case for balance: the
+// cost sends every one to w0), some finished, some left in flight. A
+// request's load is its prefill, the blocks its rank did not hold. With the
+// guard every Route must leave the chosen rank within its bound plus the
+// request ((1 + (c - 1) (1 + held) / 2) x the mean, held the share of the
+// prompt it holds), and w0 takes a share of the prefill near c x the mean
+// (the bound is on the window, not the whole run); without it w0 takes
+// every request. The guard's loads must also be the plain decayed sums
+// (forward decay, rescaled past maxScale: with c = 3 the window is
+// 8 x (2/2)^2 = 8 requests, so 3,000 Routes grow the scale past 1e100 many
+// times).
 func TestGuardBoundsAStickyPrefix(t *testing.T) {
 	const ranks = 8
 	for _, c := range []float64{0, 1.3, 3} {
@@ -50,7 +52,8 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 				f.addWorker(fmt.Sprintf("w%d", w), "m", 1)
 			}
 			prefix := tokens(1, 256*bs)
-			f.store("w0", 0, prefix, 256, kv.TierDevice)
+			const held = 128
+			f.store("w0", 0, prefix[:held*bs], held, kv.TierDevice)
 			rng := rand.New(rand.NewPCG(3, 4))
 			n := 3000
 			window := math.Inf(1)
@@ -62,7 +65,8 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 				blocks float64
 			}
 			var history []routed
-			sent := map[string]float64{}
+			sent := map[string]float64{} // prefill blocks
+			took := map[string]int{}     // requests
 			var active []string
 			diverted := 0
 			for i := range n {
@@ -73,22 +77,22 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sent[dec.WorkerID] += float64(x)
+				prefill := float64(x) - float64(dec.Matched)
+				sent[dec.WorkerID] += prefill
+				took[dec.WorkerID]++
 				if dec.Diverted {
-					// Only the guard diverts, only from w0 (the cheapest: it
-					// holds the prompt), and it costs the whole prompt.
-					if c == 0 || dec.WorkerID == "w0" || dec.DivertedBlocks != uint32(x) {
+					// Only the guard diverts, and it costs at most what w0
+					// held of the prompt (the cheapest may be another rank,
+					// one the time cost prefers for its empty queue).
+					if c == 0 || dec.DivertedBlocks > uint32(min(x, held)) {
 						t.Fatalf("Route %d: diverted to %s losing %d blocks of %d (c=%v)", i, dec.WorkerID, dec.DivertedBlocks, x, c)
 					}
 					diverted++
 				}
-				history = append(history, routed{dec.WorkerID, float64(x)})
+				history = append(history, routed{dec.WorkerID, prefill})
 				if c > 0 {
-					// w0 holds the whole prompt, the others none of it.
-					bound := (1 + c) / 2 * (total + float64(x)) / ranks
-					if dec.WorkerID == "w0" {
-						bound = c * (total + float64(x)) / ranks
-					}
+					share := float64(dec.Matched) / float64(x)
+					bound := (1 + (c-1)*(1+share)/2) * (total + float64(x)) / ranks
 					if before[dec.WorkerID] > bound*(1+1e-9) {
 						t.Fatalf("Route %d: %s at %.1f blocks, over the bound %.1f", i, dec.WorkerID, before[dec.WorkerID], bound)
 					}
@@ -123,8 +127,8 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 			imbalance := maxSent / mean
 			t.Logf("c=%v: w0 took %.0f%% of the blocks, imbalance %.2f", c, 100*sent["w0"]/(mean*ranks), imbalance)
 			switch {
-			case c == 0 && sent["w0"] != mean*ranks:
-				t.Fatalf("without the guard w0 took %.0f of %.0f blocks, want all", sent["w0"], mean*ranks)
+			case c == 0 && sent["w0"] <= 2*mean:
+				t.Fatalf("without the guard w0 took %.0f prefill blocks of %.0f (%d of %d requests): the prompts do not pile, so the test shows nothing", sent["w0"], mean*ranks, took["w0"], n)
 			case c > 0 && sent["w0"] > 2*c*mean:
 				t.Fatalf("with the guard w0 took %.0f blocks, over 2c x the mean %.0f", sent["w0"], mean)
 			case c > 0 && diverted == 0:
@@ -134,18 +138,21 @@ func TestGuardBoundsAStickyPrefix(t *testing.T) {
 	}
 }
 
-// TestImbalances: a model whose Routes all went to one of its two ranks
-// reports 2 (twice the mean), one not yet routed 0.
+// TestImbalances: a model whose Routes all went to one of its two ranks,
+// each prefilling there, reports 2 (twice the mean), one not yet routed 0.
 func TestImbalances(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.DisableBalance = true; c.DisablePrediction = true })
 	f.addWorker("a", "m", 1)
 	f.addWorker("b", "m", 1)
 	f.addWorker("c", "idle", 1)
 	toks := tokens(1, 4*bs)
-	f.store("a", 0, toks, 4, kv.TierDevice)
+	f.store("a", 0, toks, 2, kv.TierDevice)
 	for i := range 3 {
 		if d, err := f.r.Route(&Prompt{Model: "m", Tokens: toks}, fmt.Sprint("r", i), 0, 0); err != nil || d.WorkerID != "a" {
 			t.Fatalf("route %d: %v, %v", i, d, err)
+		}
+		if err := f.r.MarkFinished(fmt.Sprint("r", i)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	got := f.r.Imbalances()

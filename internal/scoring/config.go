@@ -56,15 +56,15 @@ type Config struct {
 	// it (0: off).
 	MaxActiveDecodeBlocks int64
 	// BalanceFactor is the bounded-load guard's c (balance.go): a Route's
-	// candidates are the ranks whose recent routed context (prompt blocks of
-	// the requests routed to them, cached ones included, decayed over a
+	// candidates are the ranks whose recent routed prefill (the prompt blocks
+	// of the requests routed to them that they did not hold, decayed over a
 	// window of routed requests) is at most c x the model's mean with the
 	// request counted on a rank holding the whole prompt, (1 + c) / 2 x on
 	// one holding none of it, so no rank ends a Route above c x the mean
 	// plus that one request. Must be >= 1 (1: strict balance, the cost
 	// chooses only among ranks at or below the mean). The default, 1.3, is
 	// the operator's headroom: a rank takes at most 30% over its share of
-	// the fleet's context (plus one request).
+	// the fleet's prefill (plus one request).
 	BalanceFactor float64
 	// DisableBalance turns the bounded-load guard off.
 	DisableBalance bool

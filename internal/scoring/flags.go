@@ -77,7 +77,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.PrefillTokensPerSecond, "prefill-tokens-per-second", o.PrefillTokensPerSecond, "policy time: prior prefill throughput of a rank, until MarkPrefillDone timings replace it")
 	fs.BoolVar(&o.RankRates, "rank-rates", o.RankRates, "policy time: learn each worker's own prefill rate instead of the model's (only for engines that prefill one request at a time: a batching engine's timings measure its load, not its speed)")
 	fs.Float64Var(&o.PrefillWeight, "prefill-weight", o.PrefillWeight, "policy blocks: weight of prefill blocks in the cost")
-	fs.Float64Var(&o.BalanceFactor, "balance-factor", o.BalanceFactor, "bounded load: route only to workers whose recent routed context (prompt blocks routed to them, cached ones included, decayed over a window of routed requests) stays within this factor of the fleet's mean, plus the request; halfway to it for a worker holding none of the prompt (>= 1; 0: off)")
+	fs.Float64Var(&o.BalanceFactor, "balance-factor", o.BalanceFactor, "bounded load: route only to workers whose recent routed prefill (the prompt blocks routed to them that they did not hold, decayed over a window of routed requests) stays within this factor of the fleet's mean, plus the request; halfway to it for a worker holding none of the prompt (>= 1; 0: off)")
 	fs.Var(&o.TierWeights, "tier-weights", "overlap credit per tier: device,host,disk,external")
 	fs.Int64Var(&o.MaxActivePrefillTokens, "max-active-prefill-tokens", o.MaxActivePrefillTokens, "exclude a worker at this many active prefill tokens (0: off)")
 	fs.Int64Var(&o.MaxActiveDecodeBlocks, "max-active-decode-blocks", o.MaxActiveDecodeBlocks, "exclude a worker at this many active decode blocks (0: off)")

@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}),
 		imbalance: &imbalanceCollector{s: s, desc: prometheus.NewDesc(
 			"kvrouter_route_load_imbalance",
-			"The largest rank's recent routed context over the mean of its model's ranks (1: even; the guard holds a rank at --balance-factor), by model; 0 before the model's first Route.",
+			"The largest rank's recent routed prefill over the mean of its model's ranks (1: even; the guard holds a rank at --balance-factor), by model; 0 before the model's first Route.",
 			[]string{"model"}, nil)},
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvrouter_registered_workers",
