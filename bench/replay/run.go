@@ -118,8 +118,9 @@ func newPolicyResult(v variant, pr *PlayResult, tot engine.Stats, fleet *harness
 	res := &PolicyResult{
 		Policy: v.policy, Requests: pr.Requests, Replicas: v.replicas, Sync: v.sync, Round: v.round,
 		PromptBlocks: tot.PromptBlocks, CachedBlocks: tot.CachedBlocks, HitRate: hitRate(tot),
-		PromptTokens: pr.PromptTokens,
-		TTFT:         stats.Summarize(pr.TTFT), TPOT: stats.Summarize(pr.TPOT),
+		PromptTokens:    pr.PromptTokens,
+		TTFT:            stats.Summarize(pr.TTFT),
+		TPOT:            stats.Summarize(pr.TPOT),
 		Route:           stats.Summarize(pr.RouteLatency),
 		EventsPublished: tot.Events, Preemptions: tot.Preemptions, Dropped: pr.Dropped,
 		ChooseErrors: pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,

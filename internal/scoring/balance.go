@@ -53,7 +53,8 @@ import (
 // to lose (a new session, a prompt cached nowhere) keeps off a rank that
 // is filling, before the rank reaches c M and the guard has to move the
 // sessions it holds off their caches; under c M the cost decides as ever.
-// With the bound's slack of one request (the mean counts x), the
+// With the bound's slack of one request (the mean counts its whole prompt
+// x, no less than its prefill on any rank), the
 // least-loaded rank is always admissible (L_min <= T/n <= (1 + c)/2 x M for
 // c >= 1), so the guard only narrows the choice, and the cost (temperature
 // sampling included) decides among the admissible ranks; the Decision
@@ -68,9 +69,9 @@ import (
 //
 // The decay is forward decay (Cormode et al.): a rank keeps its load in
 // units of the model's scale S, which grows by exp(1 / N) per routed
-// request; adding x adds x S, and comparing loads of one model needs no
-// per-rank exponential. The model's total is kept as loads are added (and
-// ranks leave), so costCandidates compares each candidate's load with the
+// request; adding a request's p blocks of prefill adds p S, and comparing
+// loads of one model needs no per-rank exponential. The model's total is
+// kept as loads are added (and ranks leave), so costCandidates compares each candidate's load with the
 // bound in its pass over the ranks, and only a Route that finds a rank over
 // it makes a second pass, over the candidates' loads.
 

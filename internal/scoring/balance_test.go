@@ -36,7 +36,7 @@ func guardLoads(r *Router, model string) (map[string]float64, float64) {
 // request ((1 + (c - 1) (1 + held) / 2) x the mean, held the share of the
 // prompt it holds), and w0 takes a share of the prefill near c x the mean
 // (the bound is on the window, not the whole run); without it w0 takes
-// every request. The guard's loads must also be the plain decayed sums
+// over twice the mean. The guard's loads must also be the plain decayed sums
 // (forward decay, rescaled past maxScale: with c = 3 the window is
 // 8 x (2/2)^2 = 8 requests, so 3,000 Routes grow the scale past 1e100 many
 // times).
