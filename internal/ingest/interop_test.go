@@ -204,8 +204,10 @@ func TestGapReplay(t *testing.T) {
 }
 
 // TestLostHistory: a gap nothing can fill (no replay endpoint, or a replay
-// buffer that no longer reaches back) clears the worker and rebuilds it; the
-// index then equals what the engine really has, with no stale blocks.
+// buffer that no longer reaches back) keeps the worker's blocks, inexact;
+// once the engine has stored its capacity since, the oldest claims are
+// trimmed and the index equals what the engine really has, with no stale
+// blocks, by the time LastSeq says the last batch was applied.
 func TestLostHistory(t *testing.T) {
 	cases := []struct {
 		name string

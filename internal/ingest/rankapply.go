@@ -225,7 +225,6 @@ func (r *rank) applyBatch(seq uint64, payload []byte) bool {
 		}
 		r.problem(seq, "batch_refused", 1, err.Error())
 	}
-	r.lastSeq.Store(seq)
 	if r.st.cleared {
 		r.markExact()
 	}
@@ -242,5 +241,8 @@ func (r *rank) applyBatch(seq uint64, payload []byte) bool {
 				"count", r.st.decodeErrors, "err", r.st.firstErr)
 		}
 	}
+	// LastSeq is published last: whoever reads it sees the index and the
+	// counters as this batch left them, capacity trim included.
+	r.lastSeq.Store(seq)
 	return true
 }
