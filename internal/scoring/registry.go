@@ -49,12 +49,15 @@ type rank struct {
 	prefillTokens int64
 	active        int64
 	unlisted      bool // off its model's list (RemoveWorker): not in loadTable.pending
+	approximate   bool // (set once; here it fills unlisted's padding)
 
-	key         kv.WorkerRank
-	worker      *worker
-	model       *model
-	slot        int32 // its model's overlay slot
-	approximate bool
+	key    kv.WorkerRank
+	worker *worker
+	model  *model
+	slot   int32 // its model's overlay slot
+	// spreadOrd is its place in the model's spreadOrder, which decides its
+	// owner among replicas (ownerOf); guarded by Router.mu.
+	spreadOrd int32
 	// handle is the rank's index entry, once seen (indexCached).
 	handle atomic.Pointer[radix.Handle]
 }
@@ -120,6 +123,7 @@ func (r *Router) AddWorker(w Worker) error {
 		// Copy on write: readers may hold the old slice.
 		r.models[w.Model] = append(slices.Clip(r.models[w.Model]), rk)
 	}
+	spreadOrder(r.models[w.Model])
 	r.workers[w.ID] = wk
 	return nil
 }
@@ -156,6 +160,7 @@ func (r *Router) unregister(id string) (wk *worker, ok bool) {
 		for j, rk := range ms {
 			rk.idx = j
 		}
+		spreadOrder(ms)
 	}
 	for _, rk := range wk.ranks {
 		delete(r.ranks, rk.key)

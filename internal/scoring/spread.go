@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -48,21 +49,21 @@ func (r *Router) claimUnseen() (unseen, place, replicas int) {
 // unseen decisions is an estimate: Routes that take milliseconds and
 // changes that arrive in batches leave replicas deciding at once with
 // counts that do not interleave, and then they choose alike. Ranks are
-// shared out among the replicas by a hash of their key, the same on every
-// replica, so among the candidates one router would have treated as equal
-// (within this request's own prefill at the pick: what the pick adds there
-// for the next request) each replica takes its own, and replicas that
-// decide at once diverge without hearing from each other. A pick holding
-// the prompt's prefix has a small prefill and keeps the request; with no
-// own rank near the pick, the pick stands.
+// dealt out evenly among the replicas, the same on every replica
+// (ownerOf), so among the candidates one router would have treated as
+// equal (within this request's own prefill at the pick: what the pick adds
+// there for the next request) each replica takes its own, and replicas
+// that decide at once diverge without hearing from each other. A pick
+// holding the prompt's prefix has a small prefill and keeps the request;
+// with no own rank near the pick, the pick stands.
 func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
-	if len(s.ownSteps) != len(s.costs) || ownerOf(ranks[s.cands[pick]].key, replicas) == place {
+	if len(s.ownSteps) != len(s.costs) || ownerOf(ranks[s.cands[pick]], replicas) == place {
 		return pick
 	}
 	limit := s.costs[pick] + s.ownSteps[pick]
 	best, lo := pick, math.Inf(1)
 	for i, c := range s.costs {
-		if c <= limit && c < lo && ownerOf(ranks[s.cands[i]].key, replicas) == place &&
+		if c <= limit && c < lo && ownerOf(ranks[s.cands[i]], replicas) == place &&
 			(math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
 			best, lo = i, c
 		}
@@ -70,16 +71,48 @@ func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
 	return best
 }
 
-// ownerOf is the replica whose own rank k is among replicas (FNV-1a of the
-// worker id and the data-parallel rank): the same on every replica.
-func ownerOf(k kv.WorkerRank, replicas int) int {
+// ownerOf is the replica that owns rk among replicas: the ranks of a model
+// are dealt out in turn in the order of spreadOrder, so every replica owns
+// as many of them as any other, give or take one. A hash of each key taken
+// modulo the number of replicas would be the same on every replica too,
+// but uneven on a small fleet (a third of the ranks may fall to one of
+// three replicas, or none), and a replica owning few ranks rarely has one
+// near its pick. The caller holds Router.mu.
+func ownerOf(rk *rank, replicas int) int {
+	return int(rk.spreadOrd) % replicas
+}
+
+// spreadOrder numbers a model's ranks (rank.spreadOrd) by a hash of their
+// keys, ties by key: the same numbering on every replica that has the same
+// ranks registered, whatever order they were registered in. Replicas that
+// briefly disagree on the set (a worker registered on one and not yet on
+// another) only break some near-ties alike. The caller holds Router.mu for
+// writing.
+func spreadOrder(ranks []*rank) {
+	sorted := slices.Clone(ranks)
+	slices.SortFunc(sorted, func(a, b *rank) int {
+		if c := cmp.Compare(keyHash(a.key), keyHash(b.key)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.key.ID, b.key.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key.DPRank, b.key.DPRank)
+	})
+	for i, rk := range sorted {
+		rk.spreadOrd = int32(i)
+	}
+}
+
+// keyHash is FNV-1a of the worker id and the data-parallel rank, its high
+// bits folded down (FNV's low bits mix poorly for short keys).
+func keyHash(k kv.WorkerRank) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(k.ID); i++ {
 		h = (h ^ uint64(k.ID[i])) * 1099511628211
 	}
 	h = (h ^ uint64(k.DPRank)) * 1099511628211
-	h ^= h >> 29 // (FNV's low bits mix poorly for short keys)
-	return int(h % uint64(replicas))
+	return h ^ h>>29
 }
 
 // spreadCosts adds to s.costs the unseen decisions' copies (at most

@@ -3,6 +3,7 @@ package scoring
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,20 +127,7 @@ func TestUnseenCountsOwnRoutesSinceRemote(t *testing.T) {
 // the tolerance and a rank the guard excludes stay as they are.
 func TestPreferOwn(t *testing.T) {
 	const replicas = 2
-	// Two keys owned by different replicas, found as any replica would.
-	var keys [replicas]kv.WorkerRank
-	found := 0
-	for i := 0; found < replicas && i < 100; i++ {
-		k := kv.WorkerRank{ID: fmt.Sprintf("w%d", i)}
-		if o := ownerOf(k, replicas); keys[o].ID == "" {
-			keys[o] = k
-			found++
-		}
-	}
-	if found < replicas {
-		t.Fatal("no key for every replica among 100")
-	}
-	ranks := []*rank{{key: keys[0]}, {key: keys[1]}}
+	ranks := []*rank{{key: kv.WorkerRank{ID: "a"}, spreadOrd: 0}, {key: kv.WorkerRank{ID: "b"}, spreadOrd: 1}}
 	inf := math.Inf(1)
 	for _, tc := range []struct {
 		name        string
@@ -161,9 +149,54 @@ func TestPreferOwn(t *testing.T) {
 			}
 		})
 	}
-	for r := range replicas { // the same key, the same owner, whichever replica asks
-		if a, b := ownerOf(keys[r], replicas), ownerOf(kv.WorkerRank{ID: keys[r].ID}, replicas); a != b || a != r {
-			t.Errorf("owner of %v: %d and %d, want %d", keys[r], a, b, r)
+}
+
+// TestOwnersEven: a model's ranks are dealt out among the replicas so that
+// each owns as many as any other, give or take one, for every fleet size
+// (a hash modulo the replicas left all four ranks of a small fleet to one
+// of three replicas); every replica computes the same owners whatever
+// order the workers were registered in, and a removal deals them again.
+func TestOwnersEven(t *testing.T) {
+	owners := func(f *fixture, model string) map[kv.WorkerRank]int {
+		out := map[kv.WorkerRank]int{}
+		for _, rk := range f.r.models[model] {
+			out[rk.key] = int(rk.spreadOrd)
 		}
+		return out
+	}
+	for _, n := range []int{1, 2, 3, 4, 5, 8, 16, 17} {
+		for _, dp := range []int{1, 2} {
+			fwd := newFixture(t, nil)
+			rev := newFixture(t, nil)
+			for i := range n {
+				fwd.addWorker(fmt.Sprintf("engine-%02d", i), "m", dp)
+				rev.addWorker(fmt.Sprintf("engine-%02d", n-1-i), "m", dp)
+			}
+			a, b := owners(fwd, "m"), owners(rev, "m")
+			if fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Fatalf("%d workers x %d: registration order changed the owners:\n%v\n%v", n, dp, a, b)
+			}
+			for replicas := 2; replicas <= 4; replicas++ {
+				count := make([]int, replicas)
+				for _, rk := range fwd.r.models["m"] {
+					count[ownerOf(rk, replicas)]++
+				}
+				if lo, hi := slices.Min(count), slices.Max(count); hi-lo > 1 {
+					t.Errorf("%d ranks over %d replicas: owned %v, want even", n*dp, replicas, count)
+				}
+			}
+		}
+	}
+	f := newFixture(t, nil)
+	for i := range 6 {
+		f.addWorker(fmt.Sprintf("engine-%02d", i), "m", 1)
+	}
+	f.r.RemoveWorker("engine-03")
+	count := make([]int, 3)
+	for _, rk := range f.r.models["m"] {
+		count[ownerOf(rk, 3)]++
+	}
+	if slices.Min(count) != 1 || slices.Max(count) != 2 {
+		t.Errorf("5 ranks over 3 replicas after a removal: owned %v, want 2/2/1", count)
 	}
 }
