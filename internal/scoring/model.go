@@ -1,6 +1,9 @@
 package scoring
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // model is one model's routing state, with a lock of its own: the load
 // fields of its ranks (rank), its learner and guard state (fleet), the sum
@@ -24,6 +27,11 @@ type model struct {
 	// values computed from the estimates at one generation can be kept
 	// until the next (sptMemo). It starts at 1; 0 means none.
 	gen uint64
+
+	// owners is the model's ranks' order for replicas' owners (spread.go),
+	// built by the first Route that needs it and dropped (under Router.mu
+	// for writing) whenever the model's rank list changes.
+	owners atomic.Pointer[[]int32]
 
 	overlay *overlay
 }

@@ -55,9 +55,6 @@ type rank struct {
 	worker *worker
 	model  *model
 	slot   int32 // its model's overlay slot
-	// spreadOrd is its place in the model's spreadOrder, which decides its
-	// owner among replicas (ownerOf); guarded by Router.mu.
-	spreadOrd int32
 	// handle is the rank's index entry, once seen (indexCached).
 	handle atomic.Pointer[radix.Handle]
 }
@@ -123,7 +120,7 @@ func (r *Router) AddWorker(w Worker) error {
 		// Copy on write: readers may hold the old slice.
 		r.models[w.Model] = append(slices.Clip(r.models[w.Model]), rk)
 	}
-	spreadOrder(r.models[w.Model])
+	m.owners.Store(nil) // (spread.go: dealt again when next needed)
 	r.workers[w.ID] = wk
 	return nil
 }
@@ -160,7 +157,7 @@ func (r *Router) unregister(id string) (wk *worker, ok bool) {
 		for j, rk := range ms {
 			rk.idx = j
 		}
-		spreadOrder(ms)
+		wk.ranks[0].model.owners.Store(nil)
 	}
 	for _, rk := range wk.ranks {
 		delete(r.ranks, rk.key)

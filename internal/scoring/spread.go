@@ -50,20 +50,24 @@ func (r *Router) claimUnseen() (unseen, place, replicas int) {
 // changes that arrive in batches leave replicas deciding at once with
 // counts that do not interleave, and then they choose alike. Ranks are
 // dealt out evenly among the replicas, the same on every replica
-// (ownerOf), so among the candidates one router would have treated as
+// (ownerOrder), so among the candidates one router would have treated as
 // equal (within this request's own prefill at the pick: what the pick adds
 // there for the next request) each replica takes its own, and replicas
 // that decide at once diverge without hearing from each other. A pick
 // holding the prompt's prefix has a small prefill and keeps the request;
 // with no own rank near the pick, the pick stands.
 func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
-	if len(s.ownSteps) != len(s.costs) || ownerOf(ranks[s.cands[pick]], replicas) == place {
+	if len(s.ownSteps) != len(s.costs) {
+		return pick
+	}
+	ord := ownerOrder(ranks)
+	if int(ord[s.cands[pick]])%replicas == place {
 		return pick
 	}
 	limit := s.costs[pick] + s.ownSteps[pick]
 	best, lo := pick, math.Inf(1)
 	for i, c := range s.costs {
-		if c <= limit && c < lo && ownerOf(ranks[s.cands[i]], replicas) == place &&
+		if c <= limit && c < lo && int(ord[s.cands[i]])%replicas == place &&
 			(math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
 			best, lo = i, c
 		}
@@ -71,37 +75,50 @@ func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
 	return best
 }
 
-// ownerOf is the replica that owns rk among replicas: the ranks of a model
-// are dealt out in turn in the order of spreadOrder, so every replica owns
-// as many of them as any other, give or take one. A hash of each key taken
-// modulo the number of replicas would be the same on every replica too,
-// but uneven on a small fleet (a third of the ranks may fall to one of
-// three replicas, or none), and a replica owning few ranks rarely has one
-// near its pick. The caller holds Router.mu.
-func ownerOf(rk *rank, replicas int) int {
-	return int(rk.spreadOrd) % replicas
-}
-
-// spreadOrder numbers a model's ranks (rank.spreadOrd) by a hash of their
-// keys, ties by key: the same numbering on every replica that has the same
-// ranks registered, whatever order they were registered in. Replicas that
-// briefly disagree on the set (a worker registered on one and not yet on
-// another) only break some near-ties alike. The caller holds Router.mu for
-// writing.
-func spreadOrder(ranks []*rank) {
-	sorted := slices.Clone(ranks)
-	slices.SortFunc(sorted, func(a, b *rank) int {
-		if c := cmp.Compare(keyHash(a.key), keyHash(b.key)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.key.ID, b.key.ID); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key.DPRank, b.key.DPRank)
-	})
-	for i, rk := range sorted {
-		rk.spreadOrd = int32(i)
+// ownerOrder is the place of each of a model's ranks (by its index in
+// ranks, the model's list) in the order of a hash of their keys, ties by
+// key; the owner of a rank among n replicas is its place modulo n. The
+// ranks are so dealt out in turn: every replica owns as many as any other,
+// give or take one, and every replica with the same ranks registered
+// computes the same owners, whatever order they were registered in. (A
+// hash of each key modulo the replicas would be the same everywhere too,
+// but uneven on a small fleet: all four ranks of one may fall to one of
+// three replicas, and a replica owning few ranks rarely has one near its
+// pick.) Replicas that briefly disagree on the set (a worker registered on
+// one and not yet on another) only break some near-ties alike. It is
+// built once per change of the list, by the first Route that needs it
+// (O(n log n): a registration does not pay it, so registering a large
+// fleet stays linear per worker); the caller holds Router.mu for reading,
+// and a writer that changes the list drops it.
+func ownerOrder(ranks []*rank) []int32 {
+	m := ranks[0].model
+	if p := m.owners.Load(); p != nil && len(*p) == len(ranks) {
+		return *p
 	}
+	type keyed struct {
+		h   uint64
+		idx int
+	}
+	sorted := make([]keyed, len(ranks))
+	for i, rk := range ranks {
+		sorted[i] = keyed{keyHash(rk.key), i}
+	}
+	slices.SortFunc(sorted, func(a, b keyed) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		ka, kb := ranks[a.idx].key, ranks[b.idx].key
+		if c := cmp.Compare(ka.ID, kb.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(ka.DPRank, kb.DPRank)
+	})
+	ord := make([]int32, len(ranks))
+	for place, k := range sorted {
+		ord[k.idx] = int32(place)
+	}
+	m.owners.Store(&ord)
+	return ord
 }
 
 // keyHash is FNV-1a of the worker id and the data-parallel rank, its high

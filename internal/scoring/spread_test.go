@@ -127,7 +127,9 @@ func TestUnseenCountsOwnRoutesSinceRemote(t *testing.T) {
 // the tolerance and a rank the guard excludes stay as they are.
 func TestPreferOwn(t *testing.T) {
 	const replicas = 2
-	ranks := []*rank{{key: kv.WorkerRank{ID: "a"}, spreadOrd: 0}, {key: kv.WorkerRank{ID: "b"}, spreadOrd: 1}}
+	m := &model{}
+	m.owners.Store(&[]int32{0, 1})
+	ranks := []*rank{{key: kv.WorkerRank{ID: "a"}, model: m}, {key: kv.WorkerRank{ID: "b"}, model: m}}
 	inf := math.Inf(1)
 	for _, tc := range []struct {
 		name        string
@@ -159,8 +161,9 @@ func TestPreferOwn(t *testing.T) {
 func TestOwnersEven(t *testing.T) {
 	owners := func(f *fixture, model string) map[kv.WorkerRank]int {
 		out := map[kv.WorkerRank]int{}
-		for _, rk := range f.r.models[model] {
-			out[rk.key] = int(rk.spreadOrd)
+		ranks := f.r.models[model]
+		for i, o := range ownerOrder(ranks) {
+			out[ranks[i].key] = int(o)
 		}
 		return out
 	}
@@ -178,8 +181,8 @@ func TestOwnersEven(t *testing.T) {
 			}
 			for replicas := 2; replicas <= 4; replicas++ {
 				count := make([]int, replicas)
-				for _, rk := range fwd.r.models["m"] {
-					count[ownerOf(rk, replicas)]++
+				for _, o := range ownerOrder(fwd.r.models["m"]) {
+					count[int(o)%replicas]++
 				}
 				if lo, hi := slices.Min(count), slices.Max(count); hi-lo > 1 {
 					t.Errorf("%d ranks over %d replicas: owned %v, want even", n*dp, replicas, count)
@@ -192,9 +195,12 @@ func TestOwnersEven(t *testing.T) {
 		f.addWorker(fmt.Sprintf("engine-%02d", i), "m", 1)
 	}
 	f.r.RemoveWorker("engine-03")
+	if p := f.r.states["m"].owners.Load(); p != nil {
+		t.Fatalf("the owners of a changed list were kept: %v", *p)
+	}
 	count := make([]int, 3)
-	for _, rk := range f.r.models["m"] {
-		count[ownerOf(rk, 3)]++
+	for _, o := range ownerOrder(f.r.models["m"]) {
+		count[int(o)%3]++
 	}
 	if slices.Min(count) != 1 || slices.Max(count) != 2 {
 		t.Errorf("5 ranks over 3 replicas after a removal: owned %v, want 2/2/1", count)
