@@ -22,22 +22,16 @@ type scratch struct {
 	byTier  [][kv.NumTiers]uint32
 	cached  []uint64
 	costs   []float64
-	steps   []float64 // per candidate, with Config.Place: a copy's cost there (spread.go)
-	// With Config.Place (spread.go), per candidate: a copy's own cost there
-	// (blind: the cost of a prompt of this size holding nothing there), its
-	// rank's guard load as a copy sees it, and what a copy adds to this
-	// request's guard load there; the guard's bound before copies, its rise
-	// per copy, and what a copy adds to its rank's load.
-	blind, blindLoads, copyLoads []float64
-	ownSteps                     []float64 // this request's own uncached prefill there (preferOwn)
-	guard, guardStep, blindStep  float64
-	terms                        []costTerms
-	cands                        []int
-	top                          []int
-	loads                        []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
-	bound                        float64   // the largest load admitted (+Inf: every candidate)
-	lowest                       int       // the cheapest candidate, admitted or not (the first at the lowest cost)
-	missed                       []slotRank
+	// ownSteps, per candidate with Config.Place: this request's own
+	// uncached prefill there (spread.go's preferOwn).
+	ownSteps []float64
+	terms    []costTerms
+	cands    []int
+	top      []int
+	loads    []float64 // per candidate: its rank's guard load, relieved by its cached prefix (balance.go)
+	bound    float64   // the largest load admitted (+Inf: every candidate)
+	lowest   int       // the cheapest candidate, admitted or not (the first at the lowest cost)
+	missed   []slotRank
 }
 
 func resize[T any](s []T, n int) []T {
@@ -175,22 +169,7 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 		}
 		cands[k], terms[k], costs[k], loads[k] = j, t, t.cost, load
 		if r.cfg.Place != nil {
-			// An unseen decision is another request, whose prompt this
-			// replica does not know: priced as one of this size that holds
-			// nothing anywhere (spread.go).
-			bt := r.cost(promptBlocks, 0, rk)
-			if timed {
-				bt.cost = tc.cost(r, rk, j, s, bt)
-			}
-			s.blind = append(s.blind[:k], bt.cost)
-			s.steps = append(s.steps[:k], r.copyCost(rk, bt, timed))
-			s.ownSteps = append(s.ownSteps[:k], r.copyCost(rk, t, timed))
-			relief := 1.0 // (as load's)
-			if depth[j] > 0 {
-				relief += perCached * float64(depth[j])
-			}
-			s.copyLoads = append(s.copyLoads[:k], promptBlocks*bal.scale/relief)
-			s.blindLoads = append(s.blindLoads[:k], rk.routed)
+			s.ownSteps = append(s.ownSteps[:k], r.ownStep(rk, t, timed))
 		}
 		over = over || load > bound
 		if t.cost < lowCost {
@@ -202,10 +181,6 @@ func (r *Router) costCandidates(ranks []*rank, s *scratch, now time.Time) bool {
 		tc.end()
 	}
 	s.cands, s.costs, s.terms, s.loads, s.lowest = cands[:k], costs[:k], terms[:k], loads[:k], lowest
-	if r.cfg.Place != nil {
-		s.guard, s.guardStep = bound, r.bound(&balanceState{scale: bal.scale}, n, promptBlocks)
-		s.blindStep = promptBlocks * bal.scale
-	}
 	s.bound = math.Inf(1)
 	if over && k > 1 {
 		s.admit(bound)

@@ -101,9 +101,10 @@ type Config struct {
 	// lock: it must be quick and must not call the Router.
 	OnChange func(LoadChange)
 	// Place, when set (cluster mode), reports this replica's place among
-	// the live replicas (0-based, by replica id) and their number: a Route
-	// then prices the other replicas' decisions it cannot see yet
-	// (spread.go). Nil: one router, whose choices this leaves unchanged.
+	// the live replicas (0-based, by replica id) and their number: with two
+	// or more, a Route breaks near-ties toward the ranks this replica owns,
+	// so replicas deciding one burst at once diverge (spread.go). Nil: one
+	// router, whose choices this leaves unchanged.
 	Place func() (place, replicas int)
 
 	// approxTTL bounds a predicted block's life on a worker without events.

@@ -193,9 +193,6 @@ func (r *Router) applyRoute(origin string, c *LoadChange, now time.Time) error {
 	if len(c.Predicted) > 0 {
 		rk.model.overlay.predict(rk, c.Predicted, now)
 	}
-	if c.TTL == 0 { // a Route's change, not a state transfer's (spread.go)
-		r.ownSinceRemote.Store(0)
-	}
 	if c.RequestID == "" {
 		return nil
 	}

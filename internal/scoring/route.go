@@ -73,12 +73,8 @@ func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID str
 	if !r.costCandidates(ranks, s, now) {
 		return limitError(LimitBusy, ErrResourceExhausted, "every worker of model %q is over its busy thresholds (--max-active-prefill-tokens, --max-active-decode-blocks); retry after a backoff", p.Model)
 	}
-	u, place, replicas := r.claimUnseen()
-	if u > 0 && temperature == 0 {
-		spreadCosts(s, u) // (spread.go; the Decision's costs include the copies)
-	}
 	pick := r.chooseAdmitted(s, temperature)
-	if replicas > 1 && temperature == 0 {
+	if place, replicas := r.replicaPlace(); replicas > 1 && temperature == 0 {
 		pick = s.preferOwn(ranks, pick, place, replicas)
 	}
 	fillDecision(dec, ranks, s, pick, maxCandidates)

@@ -3,7 +3,6 @@ package scoring
 import (
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 
 	"github.com/kvrouter/kvrouter/internal/kv"
 )
@@ -27,10 +26,6 @@ type Router struct {
 	bySlot []*rank
 
 	pool sync.Pool // *scratch
-
-	// ownSinceRemote counts this replica's Routes begun since the last
-	// Route another replica reported was applied (spread.go).
-	ownSinceRemote atomic.Int64
 
 	rngMu sync.Mutex
 	rng   *rand.Rand

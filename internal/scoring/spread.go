@@ -10,45 +10,28 @@ import (
 
 // Replicas that decide the same burst on the same state choose alike: a
 // Route's load reaches the other replicas only after the sync lag, so the
-// requests a gateway spreads over them within it all land on the rank that
-// was cheapest before any of them, where one router would have seen each
-// choice's load before the next. With Config.Place set (cluster mode), a
-// replica prices the choices it cannot see before deciding, as copies of
-// this request placed greedily: each copy goes to the cheapest candidate
-// and raises its cost by the request's own prefill there (what a copy's
-// uncached work adds to the next request's wait), and the request then
-// takes the cheapest. The copies are the decisions the other replicas made
-// since this replica last heard from them, estimated from its own: k Routes
-// here since the last remote Route arrived stand for (replicas - 1) x k
-// there, and of a burst's first requests, one per replica, this replica's
-// place among them orders them. A rank that holds the prompt's prefix
-// prices a copy at its small uncached part and keeps the request; ranks
-// within a copy's prefill of each other share the burst as one router
-// would have shared it.
+// requests a gateway spreads over them within it would all land on the
+// rank that was cheapest before any of them, where one router would have
+// seen each choice's load before the next. With Config.Place set (cluster
+// mode) and two or more replicas, each replica breaks near-ties toward
+// ranks of its own (preferOwn), so replicas deciding at once diverge
+// without hearing from each other, and a choice that is clearly cheaper
+// (a rank holding the prompt's prefix, a rank far less loaded) stands on
+// every replica. (A replica does not price the decisions it cannot see,
+// as copies of the request placed before it chooses: their number can
+// only be estimated, and over-estimated the copies move requests off their
+// cheapest ranks; docs/replicas.md.)
 
-// claimUnseen is the number of other replicas' decisions a Route about to
-// choose may not see: place + (replicas - 1) x this replica's Routes
-// begun since the last remote Route applied, this one then counted among
-// them. Counted as Routes begin, not as they record, so that Routes this
-// replica serves at once (which cost before either records) are told apart
-// too. 0 without Config.Place or with one replica. It returns the place
-// and the number of replicas too (replicas 1 without Config.Place).
-func (r *Router) claimUnseen() (unseen, place, replicas int) {
+// replicaPlace is this replica's place among the replicas and their
+// number: 0 and 1 without Config.Place.
+func (r *Router) replicaPlace() (place, replicas int) {
 	if r.cfg.Place == nil {
-		return 0, 0, 1
+		return 0, 1
 	}
-	place, n := r.cfg.Place()
-	k := r.ownSinceRemote.Add(1) - 1
-	if n < 2 {
-		return 0, place, n
-	}
-	return place + (n-1)*int(k), place, n
+	return r.cfg.Place()
 }
 
-// preferOwn breaks near-ties toward this replica's own ranks. The count of
-// unseen decisions is an estimate: Routes that take milliseconds and
-// changes that arrive in batches leave replicas deciding at once with
-// counts that do not interleave, and then they choose alike. Ranks are
+// preferOwn breaks near-ties toward this replica's own ranks. Ranks are
 // dealt out evenly among the replicas, the same on every replica
 // (ownerOrder), so among the candidates one router would have treated as
 // equal (within this request's own prefill at the pick: what the pick adds
@@ -132,63 +115,12 @@ func keyHash(k kv.WorkerRank) uint64 {
 	return h ^ h>>29
 }
 
-// spreadCosts adds to s.costs the unseen decisions' copies (at most
-// candidates^2: more would cost a Route time without changing where
-// near-equal ranks stand). A copy stands for another request, whose
-// prompt this replica does not know: it goes where a prompt of this size
-// holding nothing costs least (s.blind), not where this prompt's cached
-// prefix draws it, for a copy placed by this prompt's own costs pushes the
-// request off its cheapest rank onto the one the other request chose.
-// Each copy raises both costs of its rank by its prefill there (steps).
-// Only admitted candidates take copies, and the copies count on the
-// bounded-load guard as the Routes they stand for would (on the rank's
-// load as a copy sees it and as this request sees it, and s.guardStep on
-// the bound), so a guard that admits one rank does not send the whole
-// burst there.
-func spreadCosts(s *scratch, unseen int) {
-	costs, blind, steps := s.costs, s.blind, s.steps
-	guarded := len(s.copyLoads) == len(costs) && len(s.loads) == len(costs) && !math.IsInf(s.guard, 1)
-	bound := s.guard
-	admitted := func(i int) bool {
-		if !guarded {
-			return s.loads == nil || math.IsInf(s.bound, 1) || s.loads[i] <= s.bound
-		}
-		return s.blindLoads[i] <= bound
-	}
-	for range min(unseen, len(costs)*len(costs)) {
-		if guarded {
-			bound = max(bound, slices.Min(s.blindLoads)) // (admit's fallback)
-		}
-		pick, lo := -1, math.Inf(1)
-		for i, c := range blind {
-			if c < lo && admitted(i) {
-				pick, lo = i, c
-			}
-		}
-		if pick < 0 || (steps[pick] <= 0 && !guarded) {
-			break // the cheapest takes copies for free: it stays the cheapest
-		}
-		costs[pick] += steps[pick]
-		blind[pick] += steps[pick]
-		if guarded {
-			s.loads[pick] += s.copyLoads[pick]
-			s.blindLoads[pick] += s.blindStep
-			bound += s.guardStep
-		}
-	}
-	if guarded {
-		s.bound = math.Inf(1)
-		if slices.Max(s.loads) > bound {
-			s.bound = max(bound, slices.Min(s.loads))
-		}
-	}
-}
-
-// copyCost is what one more copy of the request on rk adds to the next
-// request's cost there: its uncached prefill, in the policy's unit (under
-// PolicyTime at rk's seconds per token, which cost left in rk's memo). The
-// caller holds rk's model's lock.
-func (r *Router) copyCost(rk *rank, t costTerms, timed bool) float64 {
+// ownStep is what the request on rk adds to the next request's cost
+// there: its uncached prefill, in the policy's unit (under PolicyTime at
+// rk's seconds per token, which cost left in rk's memo): the tolerance
+// within which preferOwn treats another rank as equal. The caller holds
+// rk's model's lock.
+func (r *Router) ownStep(rk *rank, t costTerms, timed bool) float64 {
 	uncached := max(0, t.prefill-float64(rk.prefillBlocks))
 	if timed {
 		return uncached * float64(r.cfg.BlockSize) * rk.timing.spt.value
