@@ -152,6 +152,7 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 	ls := s.state()
 	origin := originKey(h.Origin, h.Epoch)
 	if v.apply {
+		routed := false
 		for range count {
 			if err := d.next(&s.scratch); err != nil {
 				met.changes.WithLabelValues(changeMalformed).Inc()
@@ -159,7 +160,13 @@ func (s *loadSync) onChanges(m *nats.Msg) {
 				v.resync = resyncGap // what followed is lost
 				break
 			}
+			routed = routed || s.scratch.Kind == scoring.ChangeRoute
 			s.apply(ls, origin, &s.scratch)
+		}
+		if routed {
+			s.mu.Lock()
+			s.trk.routedAt(h.Origin, time.Now())
+			s.mu.Unlock()
 		}
 	}
 	if h.HasDigest && v.resync == "" {

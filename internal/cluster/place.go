@@ -1,19 +1,32 @@
 package cluster
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
-// Place is this replica's place among the replicas it hears from (itself
-// included, ordered by replica id) and their number: the scoring Router's
-// Config.Place, by which replicas deciding one burst on the same state
-// order their choices apart. A replica that stopped counts until the
-// tracker forgets it (originIdle).
+// Place is this replica's place among the replicas deciding beside it
+// (itself and those a Route of which arrived within routingWindow, ordered
+// by replica id) and their number: the scoring Router's Config.Place, by
+// which replicas deciding one burst on the same state break near-ties
+// apart. A replica that routes nothing (a standby, or every Route sent to
+// one replica) is not counted, so the replica that decides alone breaks no
+// tie toward a share of the fleet.
 func (n *Node) Place() (place, replicas int) {
 	s := &n.sync
 	s.mu.Lock()
-	ids := s.trk.known()
+	ids := s.trk.routing(time.Now(), routingWindow)
 	s.mu.Unlock()
 	return placeOf(n.cfg.ReplicaID, ids)
 }
+
+// routingWindow is how long a replica counts as deciding beside this one
+// after its last Route arrived: long against the sync lag and the gaps
+// between a fleet's bursts, so that the replicas' owners stay put across
+// them (the first requests of a burst after a quiet spell still diverge),
+// short enough that a replica left alone, or sent every Route, stops
+// yielding near-ties to replicas that stopped routing within a minute.
+const routingWindow = time.Minute
 
 // placeOf is self's place among the sorted ids and itself, and their number.
 func placeOf(self string, ids []string) (place, replicas int) {

@@ -23,6 +23,7 @@ type originState struct {
 	seq      uint64 // last seq applied (or covered by a state reply)
 	mismatch int    // consecutive digests that disagreed
 	lastSeen time.Time
+	routed   time.Time // when a Route of its arrived last (zero: none)
 }
 
 // verdict is what to do with a message.
@@ -128,6 +129,27 @@ func (t *tracker) known() []string {
 	out := make([]string, 0, len(t.origins))
 	for id := range t.origins {
 		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// routedAt records that a message of origin carried a Route made at about
+// now.
+func (t *tracker) routedAt(origin string, now time.Time) {
+	if o := t.origins[origin]; o != nil {
+		o.routed = now
+	}
+}
+
+// routing returns, sorted, the origins a Route of which arrived within
+// window before now: the replicas deciding beside this one.
+func (t *tracker) routing(now time.Time, window time.Duration) []string {
+	var out []string
+	for id, o := range t.origins {
+		if !o.routed.IsZero() && now.Sub(o.routed) <= window {
+			out = append(out, id)
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -17,6 +17,8 @@ import (
 //	synced origin=A epoch=1 seq=7      a state reply taken at seq 7
 //	advance d=10m                      the clock moves
 //	prune idle=5m                      forget silent origins
+//	routed origin=A                    a message of A carried a Route
+//	routing window=1m                  the origins that routed within the window
 //	known
 func TestTracker(t *testing.T) {
 	tr := newTracker()
@@ -63,6 +65,17 @@ func TestTracker(t *testing.T) {
 			return fmt.Sprintf("forgot %v", tr.prune(now, idle))
 		case "known":
 			return strings.Join(tr.known(), " ")
+		case "routed":
+			tr.routedAt(origin, now)
+			return "ok"
+		case "routing":
+			var s string
+			d.ScanArgs(t, "window", &s)
+			w, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "[" + strings.Join(tr.routing(now, w), " ") + "]"
 		}
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""
