@@ -1,9 +1,6 @@
 package cluster
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Place is this replica's place among the replicas deciding beside it
 // (itself and those a Route of which arrived within routingWindow, ordered
@@ -15,9 +12,8 @@ import (
 func (n *Node) Place() (place, replicas int) {
 	s := &n.sync
 	s.mu.Lock()
-	ids := s.trk.routing(time.Now(), routingWindow)
-	s.mu.Unlock()
-	return placeOf(n.cfg.ReplicaID, ids)
+	defer s.mu.Unlock()
+	return s.trk.routingPlace(n.cfg.ReplicaID, time.Now(), routingWindow)
 }
 
 // routingWindow is how long a replica counts as deciding beside this one
@@ -27,13 +23,3 @@ func (n *Node) Place() (place, replicas int) {
 // short enough that a replica left alone, or sent every Route, stops
 // yielding near-ties to replicas that stopped routing within a minute.
 const routingWindow = time.Minute
-
-// placeOf is self's place among the sorted ids and itself, and their number.
-func placeOf(self string, ids []string) (place, replicas int) {
-	place, found := slices.BinarySearch(ids, self)
-	replicas = len(ids)
-	if !found {
-		replicas++
-	}
-	return place, replicas
-}

@@ -6,25 +6,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
 )
 
-func TestPlaceOf(t *testing.T) {
-	for _, tc := range []struct {
-		self            string
-		ids             []string
-		place, replicas int
-	}{
-		{self: "r1", ids: nil, place: 0, replicas: 1},
-		{self: "r1", ids: []string{"r2", "r3"}, place: 0, replicas: 3},
-		{self: "r2", ids: []string{"r1", "r3"}, place: 1, replicas: 3},
-		{self: "r3", ids: []string{"r1", "r2"}, place: 2, replicas: 3},
-		{self: "r2", ids: []string{"r1", "r2"}, place: 1, replicas: 2}, // (a twin under its id)
-	} {
-		place, n := placeOf(tc.self, tc.ids)
-		if place != tc.place || n != tc.replicas {
-			t.Errorf("placeOf(%q, %v) = %d of %d, want %d of %d", tc.self, tc.ids, place, n, tc.place, tc.replicas)
-		}
-	}
-}
-
 // TestPlaceCountsReplicasThatRoute: a replica counts another as deciding
 // beside it once a Route of the other's arrives, not for its marks or
 // digests (a standby, or a replica a gateway sends only marks).

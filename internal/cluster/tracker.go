@@ -142,17 +142,22 @@ func (t *tracker) routedAt(origin string, now time.Time) {
 	}
 }
 
-// routing returns, sorted, the origins a Route of which arrived within
-// window before now: the replicas deciding beside this one.
-func (t *tracker) routing(now time.Time, window time.Duration) []string {
-	var out []string
+// routingPlace is self's place (0-based, by id) among itself and the
+// origins a Route of which arrived within window before now (the replicas
+// deciding beside it), and their number. It counts rather than lists, for
+// every Route asks it.
+func (t *tracker) routingPlace(self string, now time.Time, window time.Duration) (place, replicas int) {
+	replicas = 1
 	for id, o := range t.origins {
-		if !o.routed.IsZero() && now.Sub(o.routed) <= window {
-			out = append(out, id)
+		if id == self || o.routed.IsZero() || now.Sub(o.routed) > window {
+			continue
+		}
+		replicas++
+		if id < self {
+			place++
 		}
 	}
-	slices.Sort(out)
-	return out
+	return place, replicas
 }
 
 // prune forgets the origins not heard from for idle (a replica that

@@ -18,7 +18,7 @@ import (
 //	advance d=10m                      the clock moves
 //	prune idle=5m                      forget silent origins
 //	routed origin=A                    a message of A carried a Route
-//	routing window=1m                  the origins that routed within the window
+//	routing self=B window=1m           B's place among itself and the origins that routed within the window
 //	known
 func TestTracker(t *testing.T) {
 	tr := newTracker()
@@ -47,39 +47,36 @@ func TestTracker(t *testing.T) {
 			tr.synced(origin, epoch, seq, now)
 			return "ok"
 		case "advance":
-			var s string
-			d.ScanArgs(t, "d", &s)
-			dur, err := time.ParseDuration(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			now = now.Add(dur)
+			now = now.Add(durationArg(t, d, "d"))
 			return "ok"
 		case "prune":
-			var s string
-			d.ScanArgs(t, "idle", &s)
-			idle, err := time.ParseDuration(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return fmt.Sprintf("forgot %v", tr.prune(now, idle))
+			return fmt.Sprintf("forgot %v", tr.prune(now, durationArg(t, d, "idle")))
 		case "known":
 			return strings.Join(tr.known(), " ")
 		case "routed":
 			tr.routedAt(origin, now)
 			return "ok"
 		case "routing":
-			var s string
-			d.ScanArgs(t, "window", &s)
-			w, err := time.ParseDuration(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return "[" + strings.Join(tr.routing(now, w), " ") + "]"
+			var self string
+			d.ScanArgs(t, "self", &self)
+			place, n := tr.routingPlace(self, now, durationArg(t, d, "window"))
+			return fmt.Sprintf("place %d of %d", place, n)
 		}
 		t.Fatalf("unknown command %q", d.Cmd)
 		return ""
 	})
+}
+
+// durationArg is d's argument key, a time.Duration.
+func durationArg(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	t.Helper()
+	var s string
+	d.ScanArgs(t, key, &s)
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dur
 }
 
 func verdictString(v verdict) string {
