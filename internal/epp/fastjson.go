@@ -138,12 +138,13 @@ func stringEnd(b []byte, i int) (int, bool) {
 	return 0, false
 }
 
-// plainKey: key has no escape and no non-ASCII byte, and if it names
+// plainKey: key has no escape, no control byte (which JSON forbids
+// unescaped in a string) and no non-ASCII byte, and if it names
 // model or prompt (encoding/json matches names case-insensitively) it does
 // so exactly.
 func plainKey(key []byte) bool {
 	for _, c := range key {
-		if c == '\\' || c >= 0x80 {
+		if c == '\\' || c < 0x20 || c >= 0x80 {
 			return false
 		}
 	}
