@@ -214,6 +214,10 @@ type PolicyResult struct {
 	// instant that went to an engine an earlier one of that instant went
 	// to (burst.go).
 	BurstPiled float64 `json:"burst_piled"`
+	// Diverted is the share of the Routes whose cheapest candidate the
+	// bounded-load guard held back (kvrouter_route_balance_diverted_total,
+	// summed over the replicas).
+	Diverted float64 `json:"diverted"`
 
 	// Replicas is the number of routers behind the gateway (0: one router
 	// called directly); Sync whether they ran in cluster mode; Round which

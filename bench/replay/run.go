@@ -291,9 +291,10 @@ func (s *routerSide) close() {
 
 // sideCounters are the cumulative counters a run's figures are deltas of.
 type sideCounters struct {
-	cpu   time.Duration
-	nats  harness.NATSTraffic // the server's, less what it sent the tap
-	flows map[string]harness.NATSFlow
+	cpu      time.Duration
+	diverted float64             // Routes the guard diverted, every live router's
+	nats     harness.NATSTraffic // the server's, less what it sent the tap
+	flows    map[string]harness.NATSFlow
 }
 
 func (s *routerSide) counters() (sideCounters, error) {
@@ -305,6 +306,9 @@ func (s *routerSide) counters() (sideCounters, error) {
 		c.cpu, err = s.reps.CPUTime()
 	}
 	if err != nil {
+		return c, err
+	}
+	if c.diverted, err = s.diverted(); err != nil {
 		return c, err
 	}
 	if s.nats == nil {
@@ -320,6 +324,28 @@ func (s *routerSide) counters() (sideCounters, error) {
 	c.nats = c.nats.Sub(own)
 	c.flows = s.tap.Flows()
 	return c, nil
+}
+
+// diverted sums kvrouter_route_balance_diverted_total over the routers
+// still running.
+func (s *routerSide) diverted() (float64, error) {
+	if s.router != nil {
+		return s.router.MetricSum("kvrouter_route_balance_diverted_total")
+	}
+	var sum float64
+	for _, r := range s.reps.Routers {
+		select {
+		case <-r.Exited():
+			continue
+		default:
+		}
+		v, err := r.MetricSum("kvrouter_route_balance_diverted_total")
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // natsPrefix is the --nats-prefix in args, else the router's default.
@@ -362,6 +388,7 @@ func (s *routerSide) finish(ctx context.Context, model string, res *PolicyResult
 	res.RouterCPUSeconds = (after.cpu - before.cpu).Seconds()
 	if routes > 0 {
 		res.RouterCPUPerRoute = 1e6 * res.RouterCPUSeconds / float64(routes)
+		res.Diverted = (after.diverted - before.diverted) / float64(routes)
 	}
 	if s.nats != nil {
 		d := after.nats.Sub(before.nats)

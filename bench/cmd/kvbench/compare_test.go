@@ -90,6 +90,9 @@ func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
 	if r.RouterCPUPerRoute <= 0 {
 		t.Errorf("%s: router CPU per Route %v", name, r.RouterCPUPerRoute)
 	}
+	if r.Diverted < 0 || r.Diverted > 1 {
+		t.Errorf("%s: a share %v of the Routes diverted by the guard", name, r.Diverted)
+	}
 	if r.Sync {
 		if r.NATS == nil || r.NATSMsgsPerRoute <= 0 || r.NATSBytesPerRoute <= 0 || r.LoadMsgsPerRoute <= 0 {
 			t.Errorf("%s: NATS traffic %+v, published %v: the replicas did not sync over the server", name, r.NATS, r.NATSPublished)
