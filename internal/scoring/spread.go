@@ -39,6 +39,13 @@ func (r *Router) replicaPlace() (place, replicas int) {
 // that decide at once diverge without hearing from each other. A pick
 // holding the prompt's prefix has a small prefill and keeps the request;
 // with no own rank near the pick, the pick stands.
+//
+// An own rank the bounded-load guard holds back is taken too. Replicas see
+// nearly the same loads, so the guard holds back the same ranks on all of
+// them, and every replica whose near-equal ranks it held back would take
+// the same admitted pick: in a burst, the pile this break is here to
+// prevent. The guard bounds what lasts over a window of hundreds of
+// Routes; a near-tie moves one request by no more than its own prefill.
 func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
 	if len(s.ownSteps) != len(s.costs) {
 		return pick
@@ -50,8 +57,7 @@ func (s *scratch) preferOwn(ranks []*rank, pick, place, replicas int) int {
 	limit := s.costs[pick] + s.ownSteps[pick]
 	best, lo := pick, math.Inf(1)
 	for i, c := range s.costs {
-		if c <= limit && c < lo && int(ord[s.cands[i]])%replicas == place &&
-			(math.IsInf(s.bound, 1) || s.loads[i] <= s.bound) {
+		if c <= limit && c < lo && int(ord[s.cands[i]])%replicas == place {
 			best, lo = i, c
 		}
 	}

@@ -55,8 +55,9 @@ func TestReplicasDivergeOnABurst(t *testing.T) {
 
 // TestPreferOwn: among candidates within the pick's own prefill, each
 // replica takes a rank it owns, so replicas deciding at once on the same
-// costs diverge; a pick holding the prefix (a small prefill), a rank past
-// the tolerance and a rank the guard excludes stay as they are.
+// costs diverge, whether or not the guard holds that rank back; a pick
+// holding the prefix (a small prefill) and a rank past the tolerance stay
+// as they are.
 func TestPreferOwn(t *testing.T) {
 	const replicas = 2
 	m := &model{}
@@ -74,7 +75,8 @@ func TestPreferOwn(t *testing.T) {
 		{name: "the other replica takes its own near-equal rank", costs: []float64{1, 1.1}, own: []float64{.5, .5}, bound: inf, place: 1, want: 1},
 		{name: "a rank past the pick's prefill is not near", costs: []float64{1, 1.6}, own: []float64{.5, .5}, bound: inf, place: 1, want: 0},
 		{name: "a pick holding the prefix keeps the request", costs: []float64{1, 1.1}, own: []float64{.05, .5}, bound: inf, place: 1, want: 0},
-		{name: "a guard-excluded own rank is not taken", costs: []float64{1, 1.1}, own: []float64{.5, .5}, loads: []float64{1, 9}, bound: 2, place: 1, want: 0},
+		{name: "an own rank the guard holds back is taken when near", costs: []float64{1, 1.1}, own: []float64{.5, .5}, loads: []float64{1, 9}, bound: 2, place: 1, want: 1},
+		{name: "an own rank the guard holds back is not taken when far", costs: []float64{1, 1.6}, own: []float64{.5, .5}, loads: []float64{1, 9}, bound: 2, place: 1, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &scratch{cands: []int{0, 1}, costs: tc.costs, ownSteps: tc.own, loads: tc.loads, bound: tc.bound}
