@@ -231,26 +231,42 @@ func (p *pyPub) kill() {
 
 // warmUp publishes empty batches until the router has applied one from the
 // live stream, so later batches are not lost to the subscription handshake.
-// It expects a fresh rank (LastSeq 0).
+// It expects a fresh rank (LastSeq 0). One batch applied is not proof: the
+// connect's catch-up can apply it from the engine's replay buffer while the
+// subscription has not reached the publisher yet (ZeroMQ's slow joiner), and
+// the next batch is then dropped with nothing after it to show the gap. So
+// it waits for two batches in a row, each applied within its wait: the
+// second can only have come live (or been replayed for a gap that a later
+// live batch showed).
 func warmUp(t testing.TB, m *Manager, id string, publish func() uint64) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
-	for {
+	inRow := 0
+	for inRow < 2 {
 		seq := publish()
 		if seq == 0 {
 			continue // LastSeq starts at 0: wait for a later one
 		}
-		until := time.Now().Add(100 * time.Millisecond)
-		for time.Now().Before(until) {
-			if seen(m, id, seq) {
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
+		inRow++
+		if !seenWithin(m, id, seq, 100*time.Millisecond) {
+			inRow = 0
 		}
-		if time.Now().After(deadline) {
+		if inRow < 2 && time.Now().After(deadline) {
 			t.Fatalf("worker %q never received a live batch", id)
 		}
 	}
+}
+
+// seenWithin polls seen for up to d.
+func seenWithin(m *Manager, id string, seq uint64, d time.Duration) bool {
+	until := time.Now().Add(d)
+	for time.Now().Before(until) {
+		if seen(m, id, seq) {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return false
 }
 
 // seen reports whether the rank's last applied seq is at least seq.
