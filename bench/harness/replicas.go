@@ -1,14 +1,11 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -220,31 +217,26 @@ func (rs *Replicas) Stop() {
 // requests not yet finished, its own and, in cluster mode, the other
 // replicas') from /metrics.
 func (r *Router) ActiveRequests() (float64, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + DialAddr(r.HTTPAddr) + "/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("active requests: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("active requests: /metrics: %s", resp.Status)
-	}
+	return r.MetricSum("kvrouter_active_requests")
+}
+
+// MetricSum sums metric name (MetricSum of each) over the replicas still
+// running; a killed one's series are gone with it.
+func (rs *Replicas) MetricSum(name string) (float64, error) {
 	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "kvrouter_active_requests{") && !strings.HasPrefix(line, "kvrouter_active_requests ") {
+	for _, r := range rs.Routers {
+		select {
+		case <-r.Exited():
 			continue
+		default:
 		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		v, err := r.MetricSum(name)
 		if err != nil {
-			return 0, fmt.Errorf("active requests: %q: %w", line, err)
+			return 0, err
 		}
 		sum += v
 	}
-	return sum, sc.Err()
+	return sum, nil
 }
 
 // ActiveAfter polls every live replica's ActiveRequests until all are 0 or

@@ -216,7 +216,8 @@ type PolicyResult struct {
 	BurstPiled float64 `json:"burst_piled"`
 	// Diverted is the share of the Routes whose cheapest candidate the
 	// bounded-load guard held back (kvrouter_route_balance_diverted_total,
-	// summed over the replicas).
+	// summed over the replicas still running at the end: a killed one's
+	// are left out).
 	Diverted float64 `json:"diverted"`
 
 	// Replicas is the number of routers behind the gateway (0: one router

@@ -329,23 +329,11 @@ func (s *routerSide) counters() (sideCounters, error) {
 // diverted sums kvrouter_route_balance_diverted_total over the routers
 // still running.
 func (s *routerSide) diverted() (float64, error) {
+	const name = "kvrouter_route_balance_diverted_total"
 	if s.router != nil {
-		return s.router.MetricSum("kvrouter_route_balance_diverted_total")
+		return s.router.MetricSum(name)
 	}
-	var sum float64
-	for _, r := range s.reps.Routers {
-		select {
-		case <-r.Exited():
-			continue
-		default:
-		}
-		v, err := r.MetricSum("kvrouter_route_balance_diverted_total")
-		if err != nil {
-			return 0, err
-		}
-		sum += v
-	}
-	return sum, nil
+	return s.reps.MetricSum(name)
 }
 
 // natsPrefix is the --nats-prefix in args, else the router's default.
