@@ -32,6 +32,7 @@ type scratch struct {
 	bound    float64   // the largest load admitted (+Inf: every candidate)
 	lowest   int       // the cheapest candidate, admitted or not (the first at the lowest cost)
 	missed   []slotRank
+	fwd      ForwardedRoute // the Route offered to Config.Forward
 }
 
 func resize[T any](s []T, n int) []T {

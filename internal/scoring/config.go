@@ -106,6 +106,16 @@ type Config struct {
 	// so replicas deciding one burst at once diverge (spread.go). Nil: one
 	// router, whose choices this leaves unchanged.
 	Place func() (place, replicas int)
+	// Forward, when set (cluster mode), is offered every Route after its
+	// prompt is checked and hashed: it passes the Route to the replica
+	// that decides for the cluster and, when that replica answered, fills
+	// dec with its decision and returns true; false leaves the Route to
+	// this replica (forward.go). An error with true is the decider's
+	// refusal that stands for the cluster (ErrAlreadyExists: the request
+	// id is active there), which the Route returns. The decider records
+	// the request's load and predictions, which reach this replica with
+	// its changes. Nil: one router, or replicas that each decide.
+	Forward func(fr *ForwardedRoute, dec *Decision) (bool, error)
 
 	// approxTTL bounds a predicted block's life on a worker without events.
 	// No caller outside the package sets it; its tests shorten it.

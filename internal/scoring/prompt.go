@@ -14,6 +14,11 @@ type Prompt struct {
 	LoRAName    string
 	CacheSalt   string
 	MM          []MMItem
+
+	// tokens is the prompt's length in tokens when it arrives as a
+	// forwarded Route's block hashes (forward.go): its load counts them as
+	// a token prompt's does.
+	tokens int
 }
 
 // MMItem is a prompt-side multimodal item as the client sends it.

@@ -42,6 +42,11 @@ func (r *Router) RouteTo(dec *Decision, p *Prompt, requestID string, temperature
 	if err := r.preparePrompt(p, s); err != nil {
 		return err
 	}
+	if r.cfg.Forward != nil {
+		if done, err := r.forward(dec, p, s, requestID, temperature, maxCandidates); done {
+			return err
+		}
+	}
 	r.mu.RLock()
 	err := r.routeLocked(dec, p, s, requestID, temperature, maxCandidates, now)
 	r.mu.RUnlock()
@@ -97,8 +102,9 @@ func (r *Router) routeLocked(dec *Decision, p *Prompt, s *scratch, requestID str
 // all its blocks as decode until MarkFinished or RequestTTL.
 func (r *Router) loadOf(p *Prompt, s *scratch, matched uint32) (prefillBlocks, prefillTokens, decodeBlocks int64) {
 	uncached := uint32(len(s.hashes)) - matched
-	uncachedTokens := int64(len(p.Tokens)) - int64(matched)*int64(r.cfg.BlockSize)
-	if len(p.Tokens) == 0 {
+	tokens := max(len(p.Tokens), p.tokens)
+	uncachedTokens := int64(tokens) - int64(matched)*int64(r.cfg.BlockSize)
+	if tokens == 0 {
 		uncachedTokens = int64(uncached) * int64(r.cfg.BlockSize)
 	}
 	return int64(uncached), uncachedTokens, int64(len(s.hashes))
