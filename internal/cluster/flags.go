@@ -30,7 +30,21 @@ type NATSOptions struct {
 	// ShareLoad shares Route load, predictions and marks (off: only the
 	// registry and snapshots are shared).
 	ShareLoad bool `yaml:"share_load"`
+	// Decide is who decides a Route: DecideLeader (one replica decides
+	// for the cluster, the others forward to it; decide.go) or
+	// DecideLocal (each replica decides its own). Without ShareLoad each
+	// decides its own either way: the others would not learn the
+	// decider's Routes.
+	Decide string `yaml:"decide"`
+	// DecideTimeout bounds the wait for the deciding replica's answer.
+	DecideTimeout time.Duration `yaml:"decide_timeout"`
 }
+
+// Values of NATSOptions.Decide.
+const (
+	DecideLeader = "leader"
+	DecideLocal  = "local"
+)
 
 // NATSTLS is the NATS connection's TLS: the CA to verify the server, and a
 // client certificate for mTLS.
@@ -41,11 +55,13 @@ type NATSTLS struct {
 }
 
 // DefaultOptions: cluster mode off; when on, the default prefix, a 5 s
-// connect timeout, one JetStream replica, load shared, and the replica
-// named after the host and process.
+// connect timeout, one JetStream replica, load shared, one replica
+// deciding for all (50 ms to answer), and the replica named after the host
+// and process.
 func DefaultOptions() Options {
 	return Options{
-		NATS:      NATSOptions{Prefix: DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1, ShareLoad: true},
+		NATS: NATSOptions{Prefix: DefaultPrefix, ConnectTimeout: 5 * time.Second, Replicas: 1, ShareLoad: true,
+			Decide: DecideLeader, DecideTimeout: 50 * time.Millisecond},
 		ReplicaID: DefaultReplicaID(),
 	}
 }
@@ -81,6 +97,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&n.ConnectTimeout, "nats-connect-timeout", n.ConnectTimeout, "how long start-up waits for NATS before failing")
 	fs.IntVar(&n.Replicas, "nats-replicas", n.Replicas, "JetStream replicas of the registry bucket and snapshot store when this replica creates them")
 	fs.BoolVar(&n.ShareLoad, "nats-share-load", n.ShareLoad, "share Route load, predictions and marks with the other replicas (false: registry and snapshots only)")
+	fs.StringVar(&n.Decide, "nats-decide", n.Decide, "who decides a Route: leader (the longest-running replica decides for all, the others forward to it, as one router decides a burst) or local (each replica decides its own)")
+	fs.DurationVar(&n.DecideTimeout, "nats-decide-timeout", n.DecideTimeout, "how long a replica waits for the deciding replica's answer before deciding a Route itself")
 	fs.StringVar(&o.ReplicaID, "replica-id", o.ReplicaID, "this replica's name on NATS subjects (letters, digits, - and _)")
 }
 
@@ -103,6 +121,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("config: nats.connect_timeout %v must be positive", n.ConnectTimeout)
 	case n.Replicas < 1 || n.Replicas > 5:
 		return fmt.Errorf("config: nats.replicas %d must be within 1..5", n.Replicas)
+	case n.Decide != DecideLeader && n.Decide != DecideLocal:
+		return fmt.Errorf("config: nats.decide %q: want %q or %q", n.Decide, DecideLeader, DecideLocal)
+	case n.DecideTimeout <= 0:
+		return fmt.Errorf("config: nats.decide_timeout %v must be positive", n.DecideTimeout)
 	}
 	return nil
 }
@@ -114,6 +136,7 @@ func (o *Options) Config() Config {
 	return Config{
 		URL: n.URL, CredsFile: n.CredsFile, TLSCA: n.TLS.CA, TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key,
 		Prefix: n.Prefix, ReplicaID: o.ReplicaID, Replicas: n.Replicas, ConnectTimeout: n.ConnectTimeout,
+		DecideTimeout: n.DecideTimeout,
 	}
 }
 

@@ -22,7 +22,23 @@ type metrics struct {
 
 	confirmFails   prometheus.Counter
 	confirmSeconds prometheus.Histogram
+
+	decisions      *prometheus.CounterVec // result
+	forwardSeconds prometheus.Histogram
 }
+
+// Results in kvrouter_cluster_decisions_total: of a Route this replica
+// forwarded (forwarded, refused, unreachable, malformed: all but the first
+// decided here), and of one it was forwarded (served, served_refused,
+// malformed).
+const (
+	decisionForwarded     = "forwarded"
+	decisionRefused       = "refused"
+	decisionUnreachable   = "unreachable"
+	decisionMalformed     = "malformed"
+	decisionServed        = "served"
+	decisionServedRefused = "served_refused"
+)
 
 // Results of a received change in kvrouter_cluster_changes_total.
 const (
@@ -80,6 +96,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvrouter_cluster_confirm_seconds", Help: "Round trips to the NATS server that confirm marks' changes before the marks are answered.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 9),
 		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvrouter_cluster_decisions_total", Help: "Routes forwarded to the deciding replica, by result (forwarded: it decided; refused, unreachable, malformed: decided here), and Routes other replicas forwarded here (served, served_refused, malformed).",
+		}, []string{"result"}),
+		forwardSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kvrouter_cluster_forward_seconds", Help: "Round trips of Routes forwarded to the deciding replica and answered.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 9),
+		}),
 	}
 	for _, d := range []string{"out", "in"} {
 		m.messages.WithLabelValues(d)
@@ -88,6 +111,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{changeSent, changeApplied, changeUnknownWorker, changeRefused, changeMalformed, changeTooManyOrigins} {
 		m.changes.WithLabelValues(r)
 	}
+	for _, r := range []string{decisionForwarded, decisionRefused, decisionUnreachable, decisionMalformed, decisionServed, decisionServedRefused} {
+		m.decisions.WithLabelValues(r)
+	}
 	for _, r := range []string{resyncNew, resyncEpoch, resyncGap, resyncDigest, resyncLost, resyncBootstrap, resyncHeld} {
 		m.resyncs.WithLabelValues(r)
 	}
@@ -95,7 +121,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.connected, m.disconnects, m.slowConsumer, m.messages, m.bytes, m.changes,
-		m.dropped, m.resyncs, m.resyncFails, m.registry, m.snapshots, m.refused, m.confirmFails, m.confirmSeconds} {
+		m.dropped, m.resyncs, m.resyncFails, m.registry, m.snapshots, m.refused, m.confirmFails, m.confirmSeconds, m.decisions, m.forwardSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("cluster: register metrics"), err)
 		}

@@ -45,6 +45,10 @@ type Config struct {
 	// ConfirmTimeout bounds the round trip to the server that Sync waits
 	// for (a mark's answer). Default 1s.
 	ConfirmTimeout time.Duration
+	// DecideTimeout bounds the wait for the deciding replica's answer to a
+	// forwarded Route, past which the Route is decided here (decide.go).
+	// Default 50ms.
+	DecideTimeout time.Duration
 	// MaxBatchBytes flushes a batch that reaches it. Default 64 KiB.
 	MaxBatchBytes int
 	// HeartbeatInterval is how often a replica publishes its digest (and
@@ -104,6 +108,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ConnectTimeout, 5*time.Second)
 	def(&c.FlushInterval, time.Millisecond)
 	def(&c.ConfirmTimeout, time.Second)
+	def(&c.DecideTimeout, 50*time.Millisecond)
 	def(&c.HeartbeatInterval, time.Second)
 	def(&c.BootstrapWait, 300*time.Millisecond)
 	if c.MaxBatchBytes <= 0 {
@@ -135,6 +140,7 @@ type Node struct {
 	connected atomic.Bool
 	pub       publisher
 	sync      loadSync
+	decide    decide
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -325,6 +331,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	close(n.stop)
+	n.decide.stopServing()
 	n.wg.Wait()
 	n.sync.close()
 	err := n.nc.FlushTimeout(time.Second)

@@ -8,12 +8,19 @@ import "time"
 // which replicas deciding one burst on the same state break near-ties
 // apart. A replica that routes nothing (a standby, or every Route sent to
 // one replica) is not counted, so the replica that decides alone breaks no
-// tie toward a share of the fleet.
+// tie toward a share of the fleet. The replica deciding for the cluster
+// (decide.go) decides as one router: the Routes it decides are the
+// fleet's, and a replica that decided a few itself when it could not reach
+// it must not turn all of them toward a share of the ranks for a minute.
 func (n *Node) Place() (place, replicas int) {
 	s := &n.sync
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.trk.routingPlace(n.cfg.ReplicaID, time.Now(), routingWindow)
+	if n.decide.serving.Load() && s.trk.decider(n.cfg.ReplicaID, n.epoch, now, n.liveWindow()) == n.cfg.ReplicaID {
+		return 0, 1
+	}
+	return s.trk.routingPlace(n.cfg.ReplicaID, now, routingWindow)
 }
 
 // routingWindow is how long a replica counts as deciding beside this one

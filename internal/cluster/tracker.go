@@ -160,6 +160,22 @@ func (t *tracker) routingPlace(self string, now time.Time, window time.Duration)
 	return place, replicas
 }
 
+// decider is the replica deciding for the cluster (decide.go): the
+// longest-running, by the smallest epoch (a process's start) and ties by
+// id, of self and the origins heard from within live before now.
+func (t *tracker) decider(self string, selfEpoch uint64, now time.Time, live time.Duration) string {
+	best, bestEpoch := self, selfEpoch
+	for id, o := range t.origins {
+		if id == self || now.Sub(o.lastSeen) > live {
+			continue
+		}
+		if o.epoch < bestEpoch || o.epoch == bestEpoch && id < best {
+			best, bestEpoch = id, o.epoch
+		}
+	}
+	return best
+}
+
 // prune forgets the origins not heard from for idle (a replica that
 // stopped), and returns them.
 func (t *tracker) prune(now time.Time, idle time.Duration) []string {

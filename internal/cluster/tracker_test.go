@@ -19,6 +19,7 @@ import (
 //	prune idle=5m                      forget silent origins
 //	routed origin=A                    a message of A carried a Route
 //	routing self=B window=1m           B's place among itself and the origins that routed within the window
+//	decider self=B epoch=5 live=3s    the deciding replica, as B (started at epoch 5) sees it
 //	known
 func TestTracker(t *testing.T) {
 	tr := newTracker()
@@ -51,6 +52,12 @@ func TestTracker(t *testing.T) {
 			return "ok"
 		case "prune":
 			return fmt.Sprintf("forgot %v", tr.prune(now, durationArg(t, d, "idle")))
+		case "decider":
+			var self string
+			var selfEpoch uint64
+			d.ScanArgs(t, "self", &self)
+			d.ScanArgs(t, "epoch", &selfEpoch)
+			return tr.decider(self, selfEpoch, now, durationArg(t, d, "live"))
 		case "known":
 			return strings.Join(tr.known(), " ")
 		case "routed":
