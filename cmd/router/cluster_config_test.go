@@ -23,6 +23,8 @@ func TestClusterConfig(t *testing.T) {
   connect_timeout: 2s
   replicas: 3
   share_load: false
+  decide: local
+  decide_timeout: 20ms
 replica_id: router-1
 `
 	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
@@ -33,7 +35,8 @@ replica_id: router-1
 		t.Fatal(err)
 	}
 	want := cluster.NATSOptions{URL: "nats://n1:4222,nats://n2:4222", CredsFile: "/etc/kvrouter/nats.creds",
-		TLS: cluster.NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3, ShareLoad: false}
+		TLS: cluster.NATSTLS{CA: "/etc/ca.pem", Cert: "/etc/c.pem", Key: "/etc/c-key.pem"}, Prefix: "prod", ConnectTimeout: 2 * time.Second, Replicas: 3, ShareLoad: false,
+		Decide: cluster.DecideLocal, DecideTimeout: 20 * time.Millisecond}
 	if c.Cluster.NATS != want || c.Cluster.ReplicaID != "router-2" {
 		t.Fatalf("nats %+v, replica_id %q; want %+v, router-2 (the flag over the file)", c.Cluster.NATS, c.Cluster.ReplicaID, want)
 	}
@@ -50,6 +53,8 @@ replica_id: router-1
 		{[]string{"--nats-tls-cert", "c.pem"}, "nats.tls.cert"},
 		{[]string{"--nats-connect-timeout", "0s"}, "nats.connect_timeout"},
 		{[]string{"--nats-replicas", "7"}, "nats.replicas"},
+		{[]string{"--nats-decide", "anyone"}, "nats.decide"},
+		{[]string{"--nats-decide-timeout", "0s"}, "nats.decide_timeout"},
 	} {
 		_, err := loadConfig(append([]string{"--nats-url", "nats://127.0.0.1:4222"}, tc.args...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.key) {

@@ -129,6 +129,8 @@ func TestFlagDefaults(t *testing.T) {
 		"nats-connect-timeout":      "5s",
 		"nats-replicas":             "1",
 		"nats-share-load":           "true",
+		"nats-decide":               "leader",
+		"nats-decide-timeout":       "50ms",
 		"replica-id":                cluster.DefaultReplicaID(),
 		"pprof":                     "false",
 		"predict":                   "true",

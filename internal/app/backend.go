@@ -56,6 +56,10 @@ func (a *App) startBackend(ctx context.Context) (*persist.Keeper, error) {
 		scfg.OnChange = a.cluster.node.Publish
 		scfg.Place = a.cluster.node.Place
 	}
+	decideLeader := shareLoad && a.cfg.Cluster.NATS.Decide == cluster.DecideLeader
+	if decideLeader {
+		scfg.Forward = a.cluster.node.Forward
+	}
 	if a.router, err = scoring.New(scfg); err != nil {
 		return nil, err
 	}
@@ -72,6 +76,12 @@ func (a *App) startBackend(ctx context.Context) (*persist.Keeper, error) {
 			return nil, err
 		}
 		a.log.Info("load state collected from the other replicas", "replicas", peers, "active_requests", a.router.ActiveRequests())
+	}
+	if decideLeader {
+		if err := a.cluster.node.ServeDecisions(a.router.RouteForwarded); err != nil {
+			return nil, err
+		}
+		a.log.Info("one replica decides for the cluster (nats.decide leader)", "decider", a.cluster.node.Decider())
 	}
 	return keeper, nil
 }
