@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +30,11 @@ import (
 // different deciders for a moment (one's heartbeat reached one and not the
 // other yet) only decide apart as they would without forwarding.
 //
-// The decider answers forwarded Routes on one goroutine, in the order they
-// arrive: a Route is tens of microseconds, far below the sync lag this
-// removes.
+// The decider answers forwarded Routes as its own gRPC handlers answer
+// Routes, several at once (up to GOMAXPROCS, then in the subscription's
+// goroutine, which holds back the rest): the part of a burst forwarded
+// from other replicas does not queue behind itself, and every Route still
+// sees the load of those decided before it.
 
 // decideBackoff is how long a replica decides itself after its decider
 // failed to answer: long enough that a dead decider costs one timeout a
@@ -53,7 +56,12 @@ type decide struct {
 	sub      *nats.Subscription
 	decideFn func(*scoring.Decision, *scoring.ForwardedRoute) error
 
-	// The serving goroutine's (one subscription: calls do not overlap).
+	work    sync.Pool     // *serveScratch
+	workers chan struct{} // a token per Route being decided off the subscription's goroutine
+}
+
+// serveScratch is one forwarded Route's decoding, decision and answer.
+type serveScratch struct {
 	fr  scoring.ForwardedRoute
 	dec scoring.Decision
 	out []byte
@@ -145,6 +153,7 @@ func (n *Node) ServeDecisions(decide func(*scoring.Decision, *scoring.ForwardedR
 		return errors.New("cluster: ServeDecisions called twice")
 	}
 	d.decideFn = decide
+	d.workers = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	sub, err := n.nc.Subscribe(n.decideSubject(n.cfg.ReplicaID), n.serveDecision)
 	if err != nil {
 		return fmt.Errorf("cluster: subscribe %s: %w", n.decideSubject(n.cfg.ReplicaID), err)
@@ -155,24 +164,46 @@ func (n *Node) ServeDecisions(decide func(*scoring.Decision, *scoring.ForwardedR
 	return nil
 }
 
-// serveDecision answers one forwarded Route. A message that does not
-// decode gets no answer: its sender times out and decides itself.
+// serveDecision answers one forwarded Route, on a goroutine of its own
+// while fewer than GOMAXPROCS are deciding, else on the subscription's.
 func (n *Node) serveDecision(m *nats.Msg) {
 	d := &n.decide
+	select {
+	case d.workers <- struct{}{}:
+		// Not waited for on Close: an answer after it fails to send, and
+		// its sender decides itself.
+		go func() {
+			n.answer(m)
+			<-d.workers
+		}()
+	default:
+		n.answer(m)
+	}
+}
+
+// answer decides a forwarded Route and answers it. A message that does
+// not decode gets no answer: its sender times out and decides itself.
+func (n *Node) answer(m *nats.Msg) {
+	d := &n.decide
 	met := n.metrics
-	if err := decodeRoute(m.Data, &d.fr); err != nil {
+	w, _ := d.work.Get().(*serveScratch)
+	if w == nil {
+		w = new(serveScratch)
+	}
+	defer d.work.Put(w)
+	if err := decodeRoute(m.Data, &w.fr); err != nil {
 		met.decisions.WithLabelValues(decisionMalformed).Inc()
 		n.log.Warn("forwarded Route refused", "subject", m.Subject, "err", err)
 		return
 	}
-	if err := d.decideFn(&d.dec, &d.fr); err != nil {
-		d.out = appendRefused(d.out[:0], err)
+	if err := d.decideFn(&w.dec, &w.fr); err != nil {
+		w.out = appendRefused(w.out[:0], err)
 		met.decisions.WithLabelValues(decisionServedRefused).Inc()
 	} else {
-		d.out = appendDecision(d.out[:0], &d.dec)
+		w.out = appendDecision(w.out[:0], &w.dec)
 		met.decisions.WithLabelValues(decisionServed).Inc()
 	}
-	if err := m.Respond(d.out); err != nil {
+	if err := m.Respond(w.out); err != nil {
 		n.log.Debug("forwarded Route's answer not sent", "err", err)
 	}
 }
