@@ -18,8 +18,8 @@ import (
 // the sync lag has passed, and pile it on the ranks that were cheapest
 // before any of it (docs/replicas.md measures it). So every replica
 // forwards its Routes, checked and hashed, to the decider, which decides
-// them one after another with each one's load in place, as one router
-// does, records them and shares them with its changes; the forwarding
+// each with the load of every one decided before it in place, as one
+// router does, records them and shares them with its changes; the forwarding
 // replica answers its caller with the decider's decision. The decider is
 // the longest-running live replica (the oldest epoch, ties by id): a
 // replica that restarts or joins does not take the place of one that has
