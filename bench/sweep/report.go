@@ -83,7 +83,7 @@ var palette = []string{"#3b7dd8", "#999999", "#d8703b", "#7fb77e", "#a05fc0", "#
 // SVG renders two panels over the cells: the hit rate of the pooled ceiling
 // per policy (dashed: 90% and 100%), and each non-baseline policy's TTFT p50
 // (light) and p99 (dark) over the baseline's (dashed: 1, the baseline).
-// It is longer than ~80 lines: one SVG document written top to bottom,
+// It runs past 100 lines: one SVG document written top to bottom,
 // panel by panel.
 func (r *Report) SVG() string {
 	const (

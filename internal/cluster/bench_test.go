@@ -94,8 +94,10 @@ func (s *signalling) wait(id string) chan struct{} {
 	return ch
 }
 
-func newBenchRouter(b *testing.B, onChange func(scoring.LoadChange)) *scoring.Router {
-	r, err := scoring.New(scoring.Config{Index: radix.New(radix.Config{}), OnChange: onChange, Seed: 1, RequestTTL: time.Hour})
+// newBenchRouter is a router of 8 workers; forward, when not nil, is its
+// Config.Forward.
+func newBenchRouter(b *testing.B, onChange func(scoring.LoadChange), forward func(*scoring.ForwardedRoute, *scoring.Decision) (bool, error)) *scoring.Router {
+	r, err := scoring.New(scoring.Config{Index: radix.New(radix.Config{}), OnChange: onChange, Forward: forward, Seed: 1, RequestTTL: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,8 +145,8 @@ func BenchmarkLoadSync(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer bn.Close()
-			ra := newBenchRouter(b, an.Publish)
-			sb := &signalling{Router: newBenchRouter(b, bn.Publish), waiting: map[string]chan struct{}{}}
+			ra := newBenchRouter(b, an.Publish, nil)
+			sb := &signalling{Router: newBenchRouter(b, bn.Publish, nil), waiting: map[string]chan struct{}{}}
 			if _, err := an.StartLoad(ra); err != nil {
 				b.Fatal(err)
 			}
@@ -226,8 +228,8 @@ func BenchmarkRouteCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer an.Close()
-	single := newBenchRouter(b, nil)
-	clustered := newBenchRouter(b, an.Publish)
+	single := newBenchRouter(b, nil, nil)
+	clustered := newBenchRouter(b, an.Publish, nil)
 	if _, err := an.StartLoad(clustered); err != nil {
 		b.Fatal(err)
 	}
@@ -348,7 +350,7 @@ func BenchmarkMarkSync(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer an.Close()
-			ra := newBenchRouter(b, an.Publish)
+			ra := newBenchRouter(b, an.Publish, nil)
 			if _, err := an.StartLoad(ra); err != nil {
 				b.Fatal(err)
 			}
@@ -420,25 +422,14 @@ func BenchmarkMarkSync(b *testing.B) {
 // every Route.
 func BenchmarkForwardedRoute(b *testing.B) {
 	ns := natstest.Start(b)
-	start := func(id string, forward bool) (*Node, *scoring.Router) {
+	// Both forward, as in leader mode; the decider's own Routes stay here.
+	start := func(id string) (*Node, *scoring.Router) {
 		n, err := Connect(testConfig(ns.URL(), id))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = n.Close() })
-		cfg := scoring.Config{Index: radix.New(radix.Config{}), OnChange: n.Publish, Seed: 1, RequestTTL: time.Hour}
-		if forward {
-			cfg.Forward = n.Forward
-		}
-		r, err := scoring.New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range 8 {
-			if err := r.AddWorker(scoring.Worker{ID: fmt.Sprintf("w%d", i), Model: "m"}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		r := newBenchRouter(b, n.Publish, n.Forward)
 		if _, err := n.StartLoad(r); err != nil {
 			b.Fatal(err)
 		}
@@ -447,8 +438,8 @@ func BenchmarkForwardedRoute(b *testing.B) {
 		}
 		return n, r
 	}
-	_, decider := start("a", false)
-	fn, follower := start("b", true)
+	_, decider := start("a")
+	fn, follower := start("b")
 	eventually(b, "the follower names the decider", func() bool { return fn.Decider() == "a" })
 	prompts := benchPrompts()
 	lat := [2][]time.Duration{}

@@ -235,11 +235,7 @@ func (d *decoder) next(c *scoring.LoadChange) error {
 		return d.err
 	}
 	c.WorkerID = d.string("worker id")
-	rank := d.uvarint("dp rank")
-	if rank > 1<<31 {
-		d.fail("dp rank")
-	}
-	c.DPRank = uint32(rank)
+	c.DPRank = d.rank("dp rank")
 	c.PrefillBlocks = d.int64("prefill blocks")
 	c.PrefillTokens = d.int64("prefill tokens")
 	c.DecodeBlocks = d.int64("decode blocks")

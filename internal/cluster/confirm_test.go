@@ -74,7 +74,7 @@ func TestSyncConfirmsAMark(t *testing.T) {
 	proxy := newCutProxy(t, ns.URL()[len("nats://"):])
 	cfg := testConfig(proxy.URL(), "a")
 	cfg.FlushInterval, cfg.HeartbeatInterval = time.Hour, time.Hour
-	a := startReplicaWith(t, cfg)
+	a := startReplicaWith(t, cfg, false)
 	b := startReplica(t, ns.URL(), "b")
 
 	if _, err := a.r.Route(prompt(1), "r1", 0, 0); err != nil {

@@ -4,10 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/kvrouter/kvrouter/internal/cluster/natstest"
-	"github.com/kvrouter/kvrouter/internal/radix"
 	"github.com/kvrouter/kvrouter/internal/scoring"
 )
 
@@ -15,31 +12,7 @@ import (
 // ones forwarded to it.
 func startDeciding(t *testing.T, url, id string) *replica {
 	t.Helper()
-	n, err := Connect(testConfig(url, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	r, err := scoring.New(scoring.Config{Index: radix.New(radix.Config{}), OnChange: n.Publish, Forward: n.Forward, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []string{"w1", "w2"} {
-		if err := r.AddWorker(scoring.Worker{ID: w, Model: "m", DPSize: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := n.StartLoad(r); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.ServeDecisions(r.RouteForwarded); err != nil {
-		t.Fatal(err)
-	}
-	return &replica{node: n, r: r}
-}
-
-func decisions(n *Node, result string) float64 {
-	return testutil.ToFloat64(n.metrics.decisions.WithLabelValues(result))
+	return startReplicaWith(t, testConfig(url, id), true)
 }
 
 // TestRoutesForwardedToTheOldest: the longest-running replica decides for

@@ -28,17 +28,24 @@ func testConfig(url, id string) Config {
 
 func startReplica(t testing.TB, url, id string) *replica {
 	t.Helper()
-	return startReplicaWith(t, testConfig(url, id))
+	return startReplicaWith(t, testConfig(url, id), false)
 }
 
-func startReplicaWith(t testing.TB, cfg Config) *replica {
+// startReplicaWith connects a replica with cfg and shares its load; a
+// deciding one also forwards its Routes and serves the ones forwarded to
+// it (decide.go).
+func startReplicaWith(t testing.TB, cfg Config, deciding bool) *replica {
 	t.Helper()
 	n, err := Connect(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
-	r, err := scoring.New(scoring.Config{Index: radix.New(radix.Config{}), OnChange: n.Publish, Seed: 1})
+	scfg := scoring.Config{Index: radix.New(radix.Config{}), OnChange: n.Publish, Seed: 1}
+	if deciding {
+		scfg.Forward = n.Forward
+	}
+	r, err := scoring.New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +56,11 @@ func startReplicaWith(t testing.TB, cfg Config) *replica {
 	}
 	if _, err := n.StartLoad(r); err != nil {
 		t.Fatal(err)
+	}
+	if deciding {
+		if err := n.ServeDecisions(r.RouteForwarded); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &replica{node: n, r: r}
 }
@@ -290,6 +302,10 @@ func TestRestartedReplicaKeepsItsRequests(t *testing.T) {
 
 func resyncs(n *Node, reason string) float64 {
 	return testutil.ToFloat64(n.metrics.resyncs.WithLabelValues(reason))
+}
+
+func decisions(n *Node, result string) float64 {
+	return testutil.ToFloat64(n.metrics.decisions.WithLabelValues(result))
 }
 
 // TestGapAndDriftResync: a request the receiver holds that the origin

@@ -1,9 +1,6 @@
 package scoring
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // Replicas that each decide part of a burst decide it on the same state:
 // a Route's load reaches the others only after the sync lag, so requests a
@@ -47,47 +44,27 @@ func (r *Router) RouteForwarded(dec *Decision, fr *ForwardedRoute) error {
 	if err := r.checkForwarded(fr); err != nil {
 		return err
 	}
-	if err := r.checkRequestID(fr.RequestID); err != nil {
-		return err
-	}
-	now := r.cfg.now()
-	r.load.expire(now)
-	if fr.RequestID != "" {
-		if err := r.load.checkRoom(); err != nil {
-			return err
-		}
-	}
-	p := Prompt{Model: fr.Model, tokens: fr.Tokens}
-	s := r.pool.Get().(*scratch)
-	defer r.pool.Put(s)
-	s.hashes = append(s.hashes[:0], fr.Hashes...)
-	r.mu.RLock()
-	served := len(r.models[p.Model]) > 0
-	var err error
-	if served {
-		err = r.routeLocked(dec, &p, s, fr.RequestID, fr.Temperature, fr.MaxCandidates, now)
-	}
-	r.mu.RUnlock()
-	if !served {
-		return errNoWorker(p.Model)
-	}
+	now, err := r.admit(fr.RequestID)
 	if err != nil {
 		return err
 	}
-	r.learnSlots(s.missed)
-	return nil
+	s := r.pool.Get().(*scratch)
+	defer r.pool.Put(s)
+	s.hashes = append(s.hashes[:0], fr.Hashes...)
+	return r.decide(dec, &Prompt{Model: fr.Model, tokens: fr.Tokens}, s, fr.RequestID, fr.Temperature, fr.MaxCandidates, now)
 }
 
 // checkForwarded checks a forwarded Route's shape and sizes: what
 // checkPrompt and the temperature check ask of a local one, and that its
 // hashes are as many as its tokens' full blocks.
 func (r *Router) checkForwarded(fr *ForwardedRoute) error {
+	if err := checkTemperature(fr.Temperature); err != nil {
+		return err
+	}
 	bs := r.cfg.BlockSize
 	switch {
 	case fr.Model == "":
 		return fmt.Errorf("%w: forwarded route: model is empty", ErrInvalidArgument)
-	case fr.Temperature < 0 || math.IsNaN(fr.Temperature) || math.IsInf(fr.Temperature, 0):
-		return fmt.Errorf("%w: forwarded route: temperature %v must be a finite number >= 0", ErrInvalidArgument, fr.Temperature)
 	case fr.Tokens < 0 || fr.Tokens > r.cfg.MaxPromptTokens:
 		return limitError(LimitPromptTokens, ErrInvalidArgument, "forwarded route has %d tokens, over --max-prompt-tokens %d", fr.Tokens, r.cfg.MaxPromptTokens)
 	case fr.Tokens == 0 && len(fr.Hashes) == 0:

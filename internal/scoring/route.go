@@ -23,19 +23,12 @@ func (r *Router) Route(p *Prompt, requestID string, temperature float64, maxCand
 // reuses: a caller that routes many prompts (a stream) keeps one Decision.
 // On error dec is left in an unspecified state.
 func (r *Router) RouteTo(dec *Decision, p *Prompt, requestID string, temperature float64, maxCandidates int) error {
-	if temperature < 0 || math.IsNaN(temperature) || math.IsInf(temperature, 0) {
-		return fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, temperature)
-	}
-	if err := r.checkRequestID(requestID); err != nil {
+	if err := checkTemperature(temperature); err != nil {
 		return err
 	}
-	now := r.cfg.now()
-	r.load.expire(now)
-	if requestID != "" {
-		// Refused before any work; add checks again, under its lock.
-		if err := r.load.checkRoom(); err != nil {
-			return err
-		}
+	now, err := r.admit(requestID)
+	if err != nil {
+		return err
 	}
 	s := r.pool.Get().(*scratch)
 	defer r.pool.Put(s)
@@ -47,6 +40,36 @@ func (r *Router) RouteTo(dec *Decision, p *Prompt, requestID string, temperature
 			return err
 		}
 	}
+	return r.decide(dec, p, s, requestID, temperature, maxCandidates, now)
+}
+
+func checkTemperature(t float64) error {
+	if t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
+		return fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidArgument, t)
+	}
+	return nil
+}
+
+// admit checks a Route's request id and, for one with an id, that the
+// request table has room, before any work; it returns the Route's time.
+func (r *Router) admit(requestID string) (time.Time, error) {
+	if err := r.checkRequestID(requestID); err != nil {
+		return time.Time{}, err
+	}
+	now := r.cfg.now()
+	r.load.expire(now)
+	if requestID != "" {
+		// Refused before any work; add checks again, under its lock.
+		if err := r.load.checkRoom(); err != nil {
+			return now, err
+		}
+	}
+	return now, nil
+}
+
+// decide routes the prompt hashed in s under r.mu's read lock, then
+// learns the slots its match missed.
+func (r *Router) decide(dec *Decision, p *Prompt, s *scratch, requestID string, temperature float64, maxCandidates int, now time.Time) error {
 	r.mu.RLock()
 	err := r.routeLocked(dec, p, s, requestID, temperature, maxCandidates, now)
 	r.mu.RUnlock()
