@@ -145,3 +145,38 @@ func EventsApplied(ctx context.Context, reg kvrouterv1.RegistryClient, model str
 	}
 	return n, nil
 }
+
+// Applied reports whether the router behind reg has applied every event
+// batch the engines have published so far (each worker's last_seq).
+func (f *Fleet) Applied(ctx context.Context, reg kvrouterv1.RegistryClient, model string) (bool, error) {
+	last := make(map[string]*kvrouterv1.WorkerStatus, len(f.Engines))
+	req := &kvrouterv1.ListWorkersRequest{Model: model}
+	for {
+		resp, err := reg.ListWorkers(ctx, req)
+		if err != nil {
+			return false, fmt.Errorf("list workers: %w", err)
+		}
+		for _, w := range resp.Workers {
+			if w.DpRank == 0 {
+				last[w.GetWorker().GetWorkerId()] = w
+			}
+		}
+		if resp.NextPageToken == "" {
+			break
+		}
+		req.PageToken = resp.NextPageToken
+	}
+	for _, e := range f.Engines {
+		next := e.Publisher().Seq()
+		if next == 0 {
+			continue
+		}
+		w, ok := last[e.ID()]
+		// Batch 0 applied leaves last_seq at 0, as nothing applied does:
+		// events_applied tells them apart.
+		if !ok || w.LastSeq < next-1 || (next == 1 && w.EventsApplied == 0) {
+			return false, nil
+		}
+	}
+	return true, nil
+}

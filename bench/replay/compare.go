@@ -127,6 +127,10 @@ type CompareConfig struct {
 	MaxNumBatchedTokens, MaxNumSeqs int
 	// SpeedUp divides trace time into wall time.
 	SpeedUp float64
+	// Lockstep replays the vLLM engine model in lockstep (lockstep.go): the
+	// router's view at each Route is the fleet at the request's arrival,
+	// however long the machine takes, and SpeedUp only paces the replay.
+	Lockstep bool
 	// Model is the model name engines register under.
 	Model string
 	// Router is the subprocess template (binary, extra flags).
@@ -209,6 +213,12 @@ type PolicyResult struct {
 	FirstError    string  `json:"first_error,omitempty"`
 	MaxLag        string  `json:"max_dispatch_lag"`
 	WallSeconds   float64 `json:"wall_seconds"`
+	// PausedSeconds is how long a lockstep replay held simulated time still
+	// (wall seconds); Unsettled counts the Routes it let go before every
+	// router had applied what the engines published (a router that did not
+	// catch up within UnsettledAfter).
+	PausedSeconds float64 `json:"paused_seconds,omitempty"`
+	Unsettled     int64   `json:"unsettled,omitempty"`
 
 	// BurstPiled is the share of the requests arriving with others at one
 	// instant that went to an engine an earlier one of that instant went
@@ -299,6 +309,7 @@ type Report struct {
 	CapacityBlocks  int      `json:"capacity_blocks_per_engine"`
 	BlockSize       int      `json:"block_size"`
 	SpeedUp         float64  `json:"speed_up"`
+	Lockstep        bool     `json:"lockstep,omitempty"`
 	PrefillPerToken string   `json:"prefill_per_token"`
 	DecodePerToken  string   `json:"decode_per_token"`
 	Format          string   `json:"event_format"`
@@ -328,9 +339,12 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Report, error) {
 	if cfg.Engines <= 0 || cfg.Capacity <= 0 || cfg.SpeedUp <= 0 {
 		return nil, fmt.Errorf("compare: engines (%d), capacity (%d) and speed-up (%v) must be positive", cfg.Engines, cfg.Capacity, cfg.SpeedUp)
 	}
+	if cfg.Lockstep && cfg.EngineModel != engine.ModelVLLM {
+		return nil, fmt.Errorf("compare: lockstep needs the vLLM engine model, not %s", cfg.EngineModel)
+	}
 	rep := &Report{
 		Requests: len(cfg.Requests), Engines: cfg.Engines, CapacityBlocks: cfg.Capacity,
-		BlockSize: cfg.BlockSize, SpeedUp: cfg.SpeedUp,
+		BlockSize: cfg.BlockSize, SpeedUp: cfg.SpeedUp, Lockstep: cfg.Lockstep,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		Format: cfg.Format.String(), RouterArgs: cfg.Router.Args, Started: time.Now().UTC(),
 		EngineModel: cfg.EngineModel.String(),

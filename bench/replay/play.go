@@ -20,6 +20,7 @@ type player struct {
 	stepped bool // vLLM-model engines, each run by a stepper
 	res     *PlayResult
 	queues  []chan job
+	ls      *lockstep // nil unless cfg.Lockstep
 
 	mu         sync.Mutex // guards res.TTFT, res.TPOT, res.PromptTokens
 	markErrs   atomic.Int64
@@ -59,6 +60,16 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 		res:     &PlayResult{Requests: len(cfg.Requests), PromptTokens: make([]uint64, n)},
 		queues:  make([]chan job, n),
 	}
+	if cfg.Lockstep {
+		if !p.stepped {
+			return nil, fmt.Errorf("play: lockstep needs the vLLM engine model")
+		}
+		if cfg.Clock.paused == nil {
+			cfg.Clock = cfg.Clock.Pausable()
+			p.cfg.Clock = cfg.Clock
+		}
+		p.ls = newLockstep(n, cfg.Settle)
+	}
 	start := time.Now()
 	for w := range p.queues {
 		p.queues[w] = make(chan job, 4096)
@@ -95,6 +106,9 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	<-progressDone
 	res := p.res
 	res.Wall = time.Since(start)
+	if p.ls != nil {
+		res.Paused = p.ls.Paused
+	}
 	res.MarkErrors = p.markErrs.Load()
 	res.Dropped = p.dropped.Load()
 	res.PublishErrs = p.pubErrs.Load()
@@ -112,8 +126,13 @@ func (p *player) dispatch(order chan<- *pending, conc int) error {
 	sem := make(chan struct{}, conc)
 	for i, r := range cfg.Requests {
 		arrival := cfg.Offset + r.Arrival
-		if err := sleepUntil(ctx, cfg.Clock.Wall(arrival)); err != nil {
+		if err := cfg.Clock.SleepUntil(ctx, arrival); err != nil {
 			return err
+		}
+		if i > 0 && r.Arrival > cfg.Requests[i-1].Arrival {
+			if err := p.ls.await(ctx, cfg.Clock, arrival); err != nil {
+				return err
+			}
 		}
 		pd := &pending{seq: i, ok: make(chan struct{})}
 		select {
@@ -145,49 +164,67 @@ func (p *player) dispatch(order chan<- *pending, conc int) error {
 // counts bursts and the router's answers.
 func (p *player) forward(order <-chan *pending, done chan<- struct{}) {
 	defer close(done)
-	ctx, cfg, res := p.ctx, p.cfg, p.res
+	res := p.res
 	var bursts burstCounter
 	defer func() { res.BurstRequests, res.BurstPiled = bursts.Requests, bursts.Piled }()
 	for pd := range order {
 		<-pd.ok
-		c, cerr := pd.c, pd.err
-		if cerr != nil || c.Engine < 0 || c.Engine >= p.n {
-			if cerr == nil {
-				cerr = fmt.Errorf("engine index %d out of range", c.Engine)
-			}
-			if ctx.Err() != nil {
-				continue
-			}
-			res.ChooseErrors++
-			p.noteErr(fmt.Errorf("choose request %d: %w", pd.seq, cerr))
-			c = Choice{Engine: pd.seq % p.n}
+		p.hand(pd, &bursts)
+		p.ls.handedThrough(p.nextArrival(pd.seq))
+	}
+}
+
+// nextArrival is the arrival of request seq+1, noMore after the last.
+func (p *player) nextArrival(seq int) time.Duration {
+	if seq+1 < len(p.cfg.Requests) {
+		return p.cfg.Offset + p.cfg.Requests[seq+1].Arrival
+	}
+	return noMore
+}
+
+// hand gives pd's request to its chosen engine's queue (a failed choice
+// falls back to engine seq mod n) and every other engine the watermark.
+func (p *player) hand(pd *pending, bursts *burstCounter) {
+	ctx, cfg, res := p.ctx, p.cfg, p.res
+	wm := noMore
+	if p.stepped {
+		wm = p.nextArrival(pd.seq)
+	}
+	c, cerr := pd.c, pd.err
+	if cerr != nil || c.Engine < 0 || c.Engine >= p.n {
+		if cerr == nil {
+			cerr = fmt.Errorf("engine index %d out of range", c.Engine)
 		}
-		if pd.j.text != "" && !tokenizeJob(&pd.j, cfg.Body, cfg.Fleet.Engines[c.Engine], &p.dropped, p.noteErr) {
-			continue
+		if ctx.Err() != nil {
+			return
 		}
-		pd.j.routed = c.Routed
-		bursts.add(pd.j.arrival, c.Engine)
-		if c.Routed {
-			res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
-			res.RouterMatched += uint64(c.Matched)
-			res.RouterPromptBlocks += uint64(c.PromptBlocks)
-		}
-		p.inflight.Add(1)
+		res.ChooseErrors++
+		p.noteErr(fmt.Errorf("choose request %d: %w", pd.seq, cerr))
+		c = Choice{Engine: pd.seq % p.n}
+	}
+	if pd.j.text != "" && !tokenizeJob(&pd.j, cfg.Body, cfg.Fleet.Engines[c.Engine], &p.dropped, p.noteErr) {
 		if p.stepped {
-			pd.j.wm = noMore
-			if pd.seq+1 < len(cfg.Requests) {
-				pd.j.wm = cfg.Offset + cfg.Requests[pd.seq+1].Arrival
-			}
+			p.advanceOthers(-1, wm) // no engine gets it, and every one may step on
 		}
-		select {
-		case p.queues[c.Engine] <- pd.j:
-			p.dispatched.Add(1)
-		case <-ctx.Done():
-			p.inflight.Done()
-		}
-		if p.stepped {
-			p.advanceOthers(c.Engine, pd.j.wm)
-		}
+		return
+	}
+	pd.j.routed = c.Routed
+	bursts.add(pd.j.arrival, c.Engine)
+	if c.Routed {
+		res.RouteLatency = append(res.RouteLatency, c.RouteLatency)
+		res.RouterMatched += uint64(c.Matched)
+		res.RouterPromptBlocks += uint64(c.PromptBlocks)
+	}
+	p.inflight.Add(1)
+	pd.j.wm = wm
+	select {
+	case p.queues[c.Engine] <- pd.j:
+		p.dispatched.Add(1)
+	case <-ctx.Done():
+		p.inflight.Done()
+	}
+	if p.stepped {
+		p.advanceOthers(c.Engine, wm)
 	}
 }
 
@@ -286,6 +323,7 @@ func (p *player) stepperWorker(w int) {
 				p.pubErrs.Add(1)
 				p.noteErr(err)
 			}
+			p.ls.didPublish()
 		},
 		first: func(j *liveJob, at time.Duration) {
 			j.first = at
@@ -295,11 +333,14 @@ func (p *player) stepperWorker(w int) {
 			p.mu.Unlock()
 			if j.routed && cfg.Router != nil {
 				j.marking = true
+				p.ls.markSent()
 				go func() {
 					defer p.inflight.Done()
 					mark(ctx, cfg.Router.MarkPrefillDone, j.id, &p.markErrs, p.noteErr)
-					<-j.done
+					p.ls.markAnswered()
+					<-j.done // finished or dropped: either counted a mark sent
 					mark(ctx, cfg.Router.MarkFinished, j.id, &p.markErrs, p.noteErr)
+					p.ls.markAnswered()
 				}()
 			}
 		},
@@ -309,12 +350,16 @@ func (p *player) stepperWorker(w int) {
 				p.res.TPOT = append(p.res.TPOT, (at-j.first)/time.Duration(j.output-1))
 				p.mu.Unlock()
 			}
+			if j.marking {
+				p.ls.markSent()
+			}
 			close(j.done)
 			if !j.marking {
 				p.inflight.Done()
 			}
 		},
 		dropped: func(j *liveJob, err error) { p.stepperDropped(j, err) },
+		sync:    p.ls.engine(w),
 	})
 }
 
@@ -326,16 +371,20 @@ func (p *player) stepperDropped(j *liveJob, err error) {
 		p.dropped.Add(1)
 		p.noteErr(err)
 	}
-	close(j.done)
 	if j.marking {
+		p.ls.markSent()
+		close(j.done)
 		return
 	}
+	close(j.done)
 	if !j.routed || router == nil || ctx.Err() != nil {
 		p.inflight.Done()
 		return
 	}
+	p.ls.markSent()
 	go func() {
 		defer p.inflight.Done()
 		mark(ctx, router.MarkFinished, j.id, &p.markErrs, p.noteErr)
+		p.ls.markAnswered()
 	}()
 }

@@ -13,20 +13,66 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Clock maps simulated time (trace time) to wall time: wall = T0 + sim/SpeedUp.
+// Clock maps simulated time (trace time) to wall time: wall = T0 + paused +
+// sim/SpeedUp, where paused is how long a lockstep replay has held simulated
+// time still (lockstep.go); it only grows.
 type Clock struct {
 	T0      time.Time
 	SpeedUp float64
+	// paused, when set, is shared by every copy of the clock.
+	paused *atomic.Int64
+}
+
+// Pausable returns c with a pause of its own (zero so far).
+func (c Clock) Pausable() Clock {
+	c.paused = new(atomic.Int64)
+	return c
+}
+
+func (c Clock) pause() time.Duration {
+	if c.paused == nil {
+		return 0
+	}
+	return time.Duration(c.paused.Load())
 }
 
 // Wall is the wall time of simulated time sim.
 func (c Clock) Wall(sim time.Duration) time.Time {
-	return c.T0.Add(time.Duration(float64(sim) / c.SpeedUp))
+	return c.T0.Add(c.pause() + time.Duration(float64(sim)/c.SpeedUp))
 }
 
 // Sim is the simulated time of wall time t.
 func (c Clock) Sim(t time.Time) time.Duration {
-	return time.Duration(float64(t.Sub(c.T0)) * c.SpeedUp)
+	return time.Duration(float64(t.Sub(c.T0)-c.pause()) * c.SpeedUp)
+}
+
+// HoldAt pauses simulated time at sim if wall time has passed it: what is
+// due at sim is then due now. It reports how long it paused. A clock without
+// a pause of its own never pauses.
+func (c Clock) HoldAt(sim time.Duration) time.Duration {
+	if c.paused == nil {
+		return 0
+	}
+	late := time.Since(c.Wall(sim))
+	if late <= 0 {
+		return 0
+	}
+	c.paused.Add(int64(late))
+	return late
+}
+
+// SleepUntil waits until simulated time sim (or ctx ends), however often
+// the clock pauses meanwhile.
+func (c Clock) SleepUntil(ctx context.Context, sim time.Duration) error {
+	for {
+		w := c.Wall(sim)
+		if !time.Now().Before(w) {
+			return ctx.Err()
+		}
+		if err := sleepUntil(ctx, w); err != nil {
+			return err
+		}
+	}
 }
 
 // sleepUntil waits until t or ctx ends.
@@ -89,6 +135,12 @@ type PlayConfig struct {
 	Text func(seq int) string
 	// Body makes Text's strings OpenAI request bodies (Prompt.openai_body).
 	Body bool
+	// Lockstep replays in lockstep (lockstep.go): each Route sees the fleet
+	// and the routers exactly as they are at its arrival. vLLM model only.
+	Lockstep bool
+	// Settle, in lockstep, returns once every router has applied every event
+	// batch the engines have published.
+	Settle func(context.Context) error
 }
 
 // Progress is a snapshot of a replay in flight.
@@ -125,6 +177,8 @@ type PlayResult struct {
 	FirstError  string
 	MaxLag      time.Duration
 	Wall        time.Duration
+	// Paused is how long a lockstep replay held simulated time still.
+	Paused time.Duration
 }
 
 type job struct {

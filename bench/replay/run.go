@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	kvrouterv1 "github.com/kvrouter/kvrouter/api/proto/kvrouter/v1"
@@ -78,6 +79,9 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		res.Tokenization = tokenizationCheck(side.router)
 	}
 	sp.fill(res, tot)
+	if side != nil {
+		res.Unsettled = side.unsettled.Load()
+	}
 	res.SyncLag = lag
 	if lagErr != nil {
 		res.SyncLagError = lagErr.Error()
@@ -100,6 +104,12 @@ func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *router
 	}
 	if side != nil {
 		pc.Router = side.marks
+	}
+	if cfg.Lockstep {
+		pc.Lockstep = true
+		if side != nil {
+			pc.Settle = side.settler(fleet, cfg.Model)
+		}
 	}
 	if cfg.Progress != nil {
 		label := v.label()
@@ -125,6 +135,7 @@ func newPolicyResult(v variant, pr *PlayResult, tot engine.Stats, fleet *harness
 		EventsPublished: tot.Events, Preemptions: tot.Preemptions, Dropped: pr.Dropped,
 		ChooseErrors: pr.ChooseErrors, MarkErrors: pr.MarkErrors, FirstError: pr.FirstError,
 		MaxLag: pr.MaxLag.Truncate(time.Millisecond).String(), WallSeconds: pr.Wall.Seconds(),
+		PausedSeconds: pr.Paused.Seconds(),
 	}
 	if pr.BurstRequests > 0 {
 		res.BurstPiled = float64(pr.BurstPiled) / float64(pr.BurstRequests)
@@ -166,6 +177,45 @@ type routerSide struct {
 	nats   *harness.NATS
 	tap    *harness.NATSTap
 	logs   []*os.File
+	// unsettled counts the lockstep waits a router did not catch up in.
+	unsettled atomic.Int64
+}
+
+// UnsettledAfter is how long a lockstep replay waits for a router to apply
+// what the engines published before it routes anyway (and counts it): a
+// router that lost a batch for good must not stop the replay.
+const UnsettledAfter = 5 * time.Second
+
+// settler is PlayConfig.Settle for the side's routers: it returns once each
+// has applied every batch the fleet published, or UnsettledAfter has passed.
+func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Context) error {
+	var regs []kvrouterv1.RegistryClient
+	if s.router != nil {
+		regs = append(regs, s.router.Registry)
+	}
+	if s.reps != nil {
+		for _, r := range s.reps.Routers {
+			regs = append(regs, r.Registry)
+		}
+	}
+	return func(ctx context.Context) error {
+		deadline := time.Now().Add(UnsettledAfter)
+		for _, reg := range regs {
+			settled := false
+			err := waitUntil(ctx, func() bool {
+				ok, err := fleet.Applied(ctx, reg, model)
+				settled = ok && err == nil
+				return settled || time.Now().After(deadline)
+			})
+			if err != nil {
+				return err
+			}
+			if !settled {
+				s.unsettled.Add(1)
+			}
+		}
+		return nil
+	}
 }
 
 // startRouterSide starts the routers a router policy needs (one, or

@@ -28,6 +28,8 @@ type stepHooks struct {
 	// will (refused by the engine, or the replay was cancelled).
 	first, finished func(j *liveJob, at time.Duration)
 	dropped         func(j *liveJob, err error)
+	// sync, when set, is the engine's part of a lockstep replay (lockstep.go).
+	sync *engineSync
 }
 
 // liveJob is a request an engine is serving.
@@ -93,6 +95,9 @@ func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock
 			return
 		}
 		if !closed && (wm <= t || (!e.HasWork() && len(pending) == 0)) {
+			// Every step that ends by wm is published: none starts before
+			// t, and an idle engine gets no request arriving before wm.
+			h.sync.publishedThrough(wm)
 			select {
 			case j, ok := <-q:
 				take(j, ok)
@@ -112,7 +117,8 @@ func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock
 			live[next] = lj
 			next++
 		}
-		if sleepUntil(ctx, clock.Wall(t)) != nil {
+		h.sync.publishedThrough(t)
+		if clock.SleepUntil(ctx, t) != nil {
 			return
 		}
 		st := e.Step()
@@ -121,7 +127,8 @@ func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock
 			continue
 		}
 		end := t + st.Duration
-		if sleepUntil(ctx, clock.Wall(end)) != nil {
+		h.sync.publishedThrough(end - 1)
+		if h.sync.mayPublish(ctx, end) != nil || clock.SleepUntil(ctx, end) != nil {
 			return
 		}
 		h.publish(st.Events)

@@ -20,8 +20,12 @@ import (
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	if r.EngineModel == engine.ModelVLLM.String() {
-		fmt.Fprintf(&b, "%d engines; vLLM engine model; speed-up %gx (untimed policies %gx); load = prompt tokens x cost per token (prefill and decode share, sweep.VLLMTokenCost) / (engines x trace duration)\n\n",
-			r.Engines, r.SpeedUp, r.FastSpeedUp)
+		pace := "speed-up"
+		if r.Lockstep {
+			pace = "lockstep, paced at"
+		}
+		fmt.Fprintf(&b, "%d engines; vLLM engine model; %s %gx (untimed policies %gx); load = prompt tokens x cost per token (prefill and decode share, sweep.VLLMTokenCost) / (engines x trace duration)\n\n",
+			r.Engines, pace, r.SpeedUp, r.FastSpeedUp)
 	} else {
 		fmt.Fprintf(&b, "%d engines; prefill %s/uncached token, decode %s/token; speed-up %gx (untimed policies %gx); load = prompt tokens x prefill time / (engines x trace duration)\n\n",
 			r.Engines, r.PrefillPerToken, r.DecodePerToken, r.SpeedUp, r.FastSpeedUp)

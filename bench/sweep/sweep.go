@@ -178,7 +178,9 @@ type Config struct {
 	// replay.CompareConfig.
 	EngineModel                     engine.Model
 	MaxNumBatchedTokens, MaxNumSeqs int
-	Router                          harness.RouterConfig
+	// Lockstep is replay.CompareConfig.Lockstep for every cell.
+	Lockstep bool
+	Router   harness.RouterConfig
 	// OutDir receives router logs under logs/<cell>/; empty discards them.
 	OutDir   string
 	Progress io.Writer
@@ -260,6 +262,7 @@ type Report struct {
 	PrefillPerToken string      `json:"prefill_per_token"`
 	DecodePerToken  string      `json:"decode_per_token"`
 	EngineModel     string      `json:"engine_model"`
+	Lockstep        bool        `json:"lockstep,omitempty"`
 	RouterArgs      []string    `json:"router_args"`
 	Traces          []TraceInfo `json:"traces"`
 	Cells           []Cell      `json:"cells"`
@@ -291,6 +294,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Baseline: Baseline, SpeedUp: cfg.SpeedUp, FastSpeedUp: cfg.FastSpeedUp,
 		PrefillPerToken: cfg.PrefillPerToken.String(), DecodePerToken: cfg.DecodePerToken.String(),
 		RouterArgs: cfg.Router.Args, Started: time.Now().UTC(), EngineModel: cfg.EngineModel.String(),
+		Lockstep: cfg.Lockstep,
 	}
 	defer func() { rep.WallSeconds = time.Since(rep.Started).Seconds() }()
 	for _, t := range cfg.Traces {
@@ -361,6 +365,7 @@ func runCell(ctx context.Context, cfg Config, cell *Cell, reqs []trace.Request) 
 			Router: rc, Policies: []string{p.Run}, OutDir: outDir, Progress: cfg.Progress,
 			PooledCeiling: cell.PooledCeiling,
 			EngineModel:   cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
+			Lockstep: cfg.Lockstep,
 		})
 		if err != nil {
 			return err

@@ -152,3 +152,42 @@ func TestCompareFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareLockstepShort replays the short slice in lockstep on the vLLM
+// model against a router and two synced replicas built from this tree: every
+// Route is answered, every wait for the routers to apply the engines'
+// batches ends with them applied (ListWorkers' last_seq), and the clock is
+// held while they catch up. The old engine model refuses the flag.
+func TestCompareLockstepShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts routers and 16 engines for about 10 s")
+	}
+	if _, err := parseCompare([]string{"--short", "--lockstep"}); err == nil {
+		t.Fatal("--lockstep on the old engine model: no error")
+	}
+	bin := buildRouter(t)
+	run, err := parseCompare([]string{"--short", "--router-bin", bin, "--engine-model", "vllm", "--capacity", "16384", "--lockstep", "--replicas", "1,2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	run.cfg.Progress = &progress
+	run.cfg.OutDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard, sized for a loaded machine
+	defer cancel()
+	rep, err := replay.Compare(ctx, run.cfg)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Lockstep || len(rep.Results) != 2 {
+		t.Fatalf("lockstep %v, %d runs; want true, 2", rep.Lockstep, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		n := len(run.cfg.Requests)
+		if r.TTFT.N != n || r.ChooseErrors != 0 || r.MarkErrors != 0 || r.Unsettled != 0 || r.PausedSeconds <= 0 {
+			t.Errorf("%s: %d of %d TTFTs, %d choose and %d mark errors, %d unsettled, paused %vs (%s)",
+				r.Label(), r.TTFT.N, n, r.ChooseErrors, r.MarkErrors, r.Unsettled, r.PausedSeconds, r.FirstError)
+		}
+	}
+}

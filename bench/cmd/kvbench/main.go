@@ -94,6 +94,7 @@ type timeModel struct {
 	prefill, decode       time.Duration
 	model                 string
 	maxBatched, maxNumSeq int
+	lockstep              bool
 }
 
 func (t *timeModel) bind(fs *flag.FlagSet) {
@@ -102,6 +103,7 @@ func (t *timeModel) bind(fs *flag.FlagSet) {
 	fs.StringVar(&t.model, "engine-model", "old", "simulated engine: old (one prefill at a time, decode free) or vllm (vLLM V1 scheduler and step time; docs/engine-model.md)")
 	fs.IntVar(&t.maxBatched, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "vllm engine model: token budget of one step")
 	fs.IntVar(&t.maxNumSeq, "max-num-seqs", engine.DefaultMaxNumSeqs, "vllm engine model: most requests running at once")
+	fs.BoolVar(&t.lockstep, "lockstep", false, "vllm engine model: replay in lockstep, each Route seeing the fleet and the routers as they are at its arrival however slow the machine (the speed-up only paces the replay; docs/engine-model.md)")
 }
 
 // engineModel is the parsed --engine-model and its limits.
@@ -109,6 +111,9 @@ func (t *timeModel) engineModel() (engine.Model, error) {
 	m, err := engine.ParseModel(t.model)
 	if err != nil {
 		return 0, fmt.Errorf("--engine-model: %w", err)
+	}
+	if t.lockstep && m != engine.ModelVLLM {
+		return 0, fmt.Errorf("--lockstep needs --engine-model vllm")
 	}
 	if t.maxBatched <= 0 || t.maxNumSeq <= 0 {
 		return 0, fmt.Errorf("--max-num-batched-tokens (%d) and --max-num-seqs (%d) must be positive", t.maxBatched, t.maxNumSeq)
