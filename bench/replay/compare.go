@@ -214,9 +214,9 @@ type PolicyResult struct {
 	MaxLag        string  `json:"max_dispatch_lag"`
 	WallSeconds   float64 `json:"wall_seconds"`
 	// PausedSeconds is how long a lockstep replay held simulated time still
-	// (wall seconds); Unsettled counts the Routes it let go before every
+	// (wall seconds); Unsettled counts the arrivals it let go before every
 	// router had applied what the engines published (a router that did not
-	// catch up within UnsettledAfter).
+	// catch up within UnsettledAfter, or that stopped answering).
 	PausedSeconds float64 `json:"paused_seconds,omitempty"`
 	Unsettled     int64   `json:"unsettled,omitempty"`
 

@@ -187,7 +187,9 @@ type routerSide struct {
 const UnsettledAfter = 5 * time.Second
 
 // settler is PlayConfig.Settle for the side's routers: it returns once each
-// has applied every batch the fleet published, or UnsettledAfter has passed.
+// has applied every batch the fleet published, or UnsettledAfter has passed,
+// or the router failed to answer (then it is not waited for again: a
+// replica killed mid-run).
 func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Context) error {
 	var regs []kvrouterv1.RegistryClient
 	if s.router != nil {
@@ -198,14 +200,19 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 			regs = append(regs, r.Registry)
 		}
 	}
+	gone := make([]bool, len(regs)) // a router that failed to answer (killed): not waited for again
 	return func(ctx context.Context) error {
 		deadline := time.Now().Add(UnsettledAfter)
-		for _, reg := range regs {
+		for i, reg := range regs {
+			if gone[i] {
+				continue
+			}
 			settled := false
 			err := waitUntil(ctx, func() bool {
 				ok, err := fleet.Applied(ctx, reg, model)
+				gone[i] = err != nil && ctx.Err() == nil
 				settled = ok && err == nil
-				return settled || time.Now().After(deadline)
+				return settled || gone[i] || time.Now().After(deadline)
 			})
 			if err != nil {
 				return err
