@@ -183,8 +183,11 @@ func TestU64MapCraftedKeys(t *testing.T) {
 			if p < n*(n-1)/2 {
 				t.Fatalf("unseeded: %d probes, want the crafted keys to collide (>= %d)", p, n*(n-1)/2)
 			}
-		} else if p > 3*n {
-			t.Errorf("seed %#x: %d probes for %d keys, want linear (<= %d)", seed, p, n, 3*n)
+		} else if p > 6*n {
+			// A random seed (New's) puts the count at 2.8-3.1n (300
+			// seeds), so 3n failed at times; colliding keys would cost
+			// n/2 probes each, not 6.
+			t.Errorf("seed %#x: %d probes for %d keys, want linear (<= %d)", seed, p, n, 6*n)
 		}
 		got := map[uint64]uint64{}
 		m.all(func(k, v uint64) { got[k] = v })
