@@ -73,8 +73,7 @@ type lockstep struct {
 	published atomic.Int64
 	settled   int64 // published when Settle last returned (the dispatcher's)
 	settle    func(context.Context) error
-	// Paused is how long the clock was held, in all.
-	Paused time.Duration
+	paused    time.Duration // how long the clock was held, in all (the dispatcher's)
 }
 
 func newLockstep(n int, settle func(context.Context) error) *lockstep {
@@ -147,7 +146,7 @@ func (ls *lockstep) await(ctx context.Context, clock Clock, arrival time.Duratio
 		}
 		ls.settled = pub
 	}
-	ls.Paused += clock.HoldAt(arrival)
+	ls.paused += clock.HoldAt(arrival)
 	return nil
 }
 

@@ -107,7 +107,7 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 	res := p.res
 	res.Wall = time.Since(start)
 	if p.ls != nil {
-		res.Paused = p.ls.Paused
+		res.Paused = p.ls.paused
 	}
 	res.MarkErrors = p.markErrs.Load()
 	res.Dropped = p.dropped.Load()
@@ -169,8 +169,9 @@ func (p *player) forward(order <-chan *pending, done chan<- struct{}) {
 	defer func() { res.BurstRequests, res.BurstPiled = bursts.Requests, bursts.Piled }()
 	for pd := range order {
 		<-pd.ok
-		p.hand(pd, &bursts)
-		p.ls.handedThrough(p.nextArrival(pd.seq))
+		next := p.nextArrival(pd.seq)
+		p.hand(pd, next, &bursts)
+		p.ls.handedThrough(next)
 	}
 }
 
@@ -183,13 +184,10 @@ func (p *player) nextArrival(seq int) time.Duration {
 }
 
 // hand gives pd's request to its chosen engine's queue (a failed choice
-// falls back to engine seq mod n) and every other engine the watermark.
-func (p *player) hand(pd *pending, bursts *burstCounter) {
+// falls back to engine seq mod n) and, on the vLLM model, every other engine
+// the watermark wm: the next request's arrival.
+func (p *player) hand(pd *pending, wm time.Duration, bursts *burstCounter) {
 	ctx, cfg, res := p.ctx, p.cfg, p.res
-	wm := noMore
-	if p.stepped {
-		wm = p.nextArrival(pd.seq)
-	}
 	c, cerr := pd.c, pd.err
 	if cerr != nil || c.Engine < 0 || c.Engine >= p.n {
 		if cerr == nil {

@@ -25,8 +25,28 @@ func TestCompareReplicasShort(t *testing.T) {
 	if !cluster {
 		syncFlag = "--sync=false"
 	}
-	run, err := parseCompare([]string{"--short", "--router-bin", bin, "--replicas", "2", syncFlag,
-		"--kill-replica-at", "50%", "--kill-replica", "0"})
+	run, rep := runShortCompare(t, "--short", "--router-bin", bin, "--replicas", "2", syncFlag,
+		"--kill-replica-at", "50%", "--kill-replica", "0")
+	want := 2
+	if !cluster {
+		want = 1
+	}
+	if len(rep.Results) != want {
+		t.Fatalf("%d runs, want %d", len(rep.Results), want)
+	}
+	for i := range rep.Results {
+		checkReplicaRun(t, &rep.Results[i], len(run.cfg.Requests))
+	}
+	if !cluster {
+		t.Skip("the router has no --nats-url yet: the gateway and failover verified on independent routers only")
+	}
+}
+
+// runShortCompare parses args as kvbench compare's and runs the comparison,
+// logging its progress and table; it fails the test on an error.
+func runShortCompare(t *testing.T, args ...string) (compareRun, *replay.Report) {
+	t.Helper()
+	run, err := parseCompare(args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +64,7 @@ func TestCompareReplicasShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 2
-	if !cluster {
-		want = 1
-	}
-	if len(rep.Results) != want {
-		t.Fatalf("%d runs, want %d", len(rep.Results), want)
-	}
-	for i := range rep.Results {
-		checkReplicaRun(t, &rep.Results[i], len(run.cfg.Requests))
-	}
-	if !cluster {
-		t.Skip("the router has no --nats-url yet: the gateway and failover verified on independent routers only")
-	}
+	return run, rep
 }
 
 func checkReplicaRun(t *testing.T, r *replay.PolicyResult, requests int) {
@@ -168,21 +176,8 @@ func TestCompareLockstepShort(t *testing.T) {
 		t.Fatal("--lockstep on the old engine model: no error")
 	}
 	bin := buildRouter(t)
-	run, err := parseCompare([]string{"--short", "--router-bin", bin, "--engine-model", "vllm", "--capacity", "16384", "--lockstep", "--replicas", "1,2",
-		"--kill-replica-at", "50%"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progress bytes.Buffer
-	run.cfg.Progress = &progress
-	run.cfg.OutDir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a hang guard, sized for a loaded machine
-	defer cancel()
-	rep, err := replay.Compare(ctx, run.cfg)
-	t.Logf("progress:\n%s", progress.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	run, rep := runShortCompare(t, "--short", "--router-bin", bin, "--engine-model", "vllm", "--capacity", "16384", "--lockstep",
+		"--replicas", "1,2", "--kill-replica-at", "50%")
 	if !rep.Lockstep || len(rep.Results) != 2 {
 		t.Fatalf("lockstep %v, %d runs; want true, 2", rep.Lockstep, len(rep.Results))
 	}
