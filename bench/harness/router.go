@@ -358,29 +358,68 @@ func RouterHasFlag(bin, name string) bool {
 
 // MetricSum sums every series of metric name on the router's /metrics.
 func (r *Router) MetricSum(name string) (float64, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + DialAddr(r.HTTPAddr) + "/metrics")
+	var sum float64
+	err := r.scrapeMetrics(func(line string) error {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			return nil
+		}
+		v, err := sampleValue(line)
+		sum += v
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
+	return sum, nil
+}
+
+// MetricSeries is the value of each series (a metric name with its labels,
+// as /metrics prints them), 0 for one not printed.
+func (r *Router) MetricSeries(series ...string) ([]float64, error) {
+	out := make([]float64, len(series))
+	err := r.scrapeMetrics(func(line string) error {
+		for i, s := range series {
+			if strings.HasPrefix(line, s+" ") {
+				v, err := sampleValue(line)
+				out[i] = v
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(series, ", "), err)
+	}
+	return out, nil
+}
+
+// sampleValue is a /metrics line's value.
+func sampleValue(line string) (float64, error) {
+	f := strings.Fields(line)
+	v, err := strconv.ParseFloat(f[len(f)-1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", line, err)
+	}
+	return v, nil
+}
+
+// scrapeMetrics passes each line of r's /metrics to each.
+func (r *Router) scrapeMetrics(each func(line string) error) error {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + DialAddr(r.HTTPAddr) + "/metrics")
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: /metrics: %s", name, resp.Status)
+		return fmt.Errorf("/metrics: %s", resp.Status)
 	}
-	var sum float64
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
+		if err := each(sc.Text()); err != nil {
+			return err
 		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
-		}
-		sum += v
 	}
-	return sum, sc.Err()
+	return sc.Err()
 }

@@ -21,8 +21,10 @@ import (
 //     request arriving before A has been handed to its engine, every engine
 //     has published every step that ends by A,
 //     every mark those steps caused has been answered, and every router has
-//     applied every batch published (PlayConfig.Settle). Requests of one
-//     arrival are still routed at once, as a burst is.
+//     applied every batch published (PlayConfig.Settle) and, with
+//     replicas, every load change the others shared: the Routes and marks
+//     so far. Requests of one arrival are still routed at once, as a burst
+//     is.
 //   - An engine publishes a step that ends at E only once every request
 //     arriving before E has been handed to an engine, so no Route sees a
 //     step that ends after its arrival.
@@ -73,11 +75,12 @@ type lockstep struct {
 	published atomic.Int64
 	settled   int64 // published when Settle last returned (the dispatcher's)
 	settle    func(context.Context) error
+	always    bool          // settle before every arrival (PlayConfig.SettleLoad)
 	paused    time.Duration // how long the clock was held, in all (the dispatcher's)
 }
 
-func newLockstep(n int, settle func(context.Context) error) *lockstep {
-	ls := &lockstep{engines: make([]*engineSync, n), settle: settle}
+func newLockstep(n int, settle func(context.Context) error, always bool) *lockstep {
+	ls := &lockstep{engines: make([]*engineSync, n), settle: settle, always: always}
 	for i := range ls.engines {
 		ls.engines[i] = &engineSync{handed: &ls.handed}
 	}
@@ -140,7 +143,7 @@ func (ls *lockstep) await(ctx context.Context, clock Clock, arrival time.Duratio
 	}
 	// The engines cannot publish past arrival until it is routed, so what
 	// the routers are to apply is fixed now.
-	if pub := ls.published.Load(); ls.settle != nil && pub != ls.settled {
+	if pub := ls.published.Load(); ls.settle != nil && (pub != ls.settled || ls.always) {
 		if err := ls.settle(ctx); err != nil {
 			return err
 		}

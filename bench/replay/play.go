@@ -68,7 +68,7 @@ func Play(ctx context.Context, cfg PlayConfig) (*PlayResult, error) {
 			cfg.Clock = cfg.Clock.Pausable()
 			p.cfg.Clock = cfg.Clock
 		}
-		p.ls = newLockstep(n, cfg.Settle)
+		p.ls = newLockstep(n, cfg.Settle, cfg.SettleLoad)
 	}
 	start := time.Now()
 	for w := range p.queues {

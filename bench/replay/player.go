@@ -139,8 +139,13 @@ type PlayConfig struct {
 	// and the routers exactly as they are at its arrival. vLLM model only.
 	Lockstep bool
 	// Settle, in lockstep, returns once every router has applied every event
-	// batch the engines have published.
+	// batch the engines have published, and with SettleLoad every load
+	// change the replicas have shared.
 	Settle func(context.Context) error
+	// SettleLoad: Settle waits for replicas' shared load too, which every
+	// Route and mark changes, so it is called before every arrival, not
+	// only after the engines published.
+	SettleLoad bool
 }
 
 // Progress is a snapshot of a replay in flight.

@@ -109,6 +109,7 @@ func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *router
 		pc.Lockstep = true
 		if side != nil {
 			pc.Settle = side.settler(fleet, cfg.Model)
+			pc.SettleLoad = side.reps != nil && len(side.reps.Routers) > 1
 		}
 	}
 	if cfg.Progress != nil {
@@ -187,9 +188,10 @@ type routerSide struct {
 const UnsettledAfter = 5 * time.Second
 
 // settler is PlayConfig.Settle for the side's routers: it returns once each
-// has applied every batch the fleet published, or UnsettledAfter has passed,
-// or the router failed to answer (then it is not waited for again: a
-// replica killed mid-run).
+// has applied every batch the fleet published and, with replicas, each has
+// applied every load change the others had shared (harness.LoadSynced), or
+// UnsettledAfter has passed, or the router failed to answer (then it is not
+// waited for again: a replica killed mid-run).
 func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Context) error {
 	var regs []kvrouterv1.RegistryClient
 	if s.router != nil {
@@ -201,6 +203,7 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 		}
 	}
 	gone := make([]bool, len(regs)) // a router that failed to answer (killed): not waited for again
+	loadGone := false               // a replica's /metrics failed past UnsettledAfter: not asked again
 	return func(ctx context.Context) error {
 		deadline := time.Now().Add(UnsettledAfter)
 		for i, reg := range regs {
@@ -221,7 +224,24 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 				s.unsettled.Add(1)
 			}
 		}
-		return nil
+		if loadGone || s.reps == nil || len(s.reps.Routers) < 2 {
+			return nil
+		}
+		// A replica being killed fails its /metrics until it has exited
+		// (then LoadSynced leaves it out): errors are retried until the
+		// deadline.
+		synced := false
+		var lastErr error
+		err := waitUntil(ctx, func() bool {
+			ok, err := s.reps.LoadSynced()
+			synced, lastErr = ok && err == nil, err
+			return synced || time.Now().After(deadline)
+		})
+		if err == nil && !synced {
+			s.unsettled.Add(1)
+			loadGone = lastErr != nil
+		}
+		return err
 	}
 }
 
