@@ -206,46 +206,40 @@ func (rs *Replicas) EventsApplied(ctx context.Context, i int, model string) (uin
 	return EventsApplied(ctx, rs.Routers[i].Registry, model)
 }
 
-// Load sync series on each replica's /metrics: the changes it published,
-// and those it received and applied, or refused (a worker not registered
-// there yet, a full table).
-var (
-	changesSent     = `kvrouter_cluster_changes_total{result="sent"}`
-	changesReceived = []string{`kvrouter_cluster_changes_total{result="applied"}`,
-		`kvrouter_cluster_changes_total{result="unknown_worker"}`, `kvrouter_cluster_changes_total{result="refused"}`}
-)
+// loadSyncSeries are the load sync counters on a replica's /metrics: the
+// changes it published, then those it received and applied, or refused (a
+// worker not registered there yet, a full table).
+var loadSyncSeries = []string{`kvrouter_cluster_changes_total{result="sent"}`,
+	`kvrouter_cluster_changes_total{result="applied"}`, `kvrouter_cluster_changes_total{result="unknown_worker"}`,
+	`kvrouter_cluster_changes_total{result="refused"}`}
 
 // LoadSynced reports whether every live replica has received every load
-// change the other live replicas had published when it was called: their
-// sent counts are all read before any received count, so a replica whose
-// received count reaches the others' sent has applied every change made
-// before the call. A replica's received count may include a state
-// transfer's changes; a killed replica is left out.
+// change the other live replicas had published when it was called. Each
+// replica's counters are read once, one replica after another, all after
+// the call: a sent count read after a replica's received count can only
+// be larger, so the check errs toward waiting, never toward passing with
+// a change in flight. A replica's received count may include a state
+// transfer's changes; a replica that exited is left out.
 func (rs *Replicas) LoadSynced() (bool, error) {
-	var live []*Router
+	var sent, received []float64
 	for _, r := range rs.Routers {
 		select {
 		case <-r.Exited():
+			continue
 		default:
-			live = append(live, r)
 		}
+		v, err := r.MetricSeries(loadSyncSeries...)
+		if err != nil {
+			return false, err
+		}
+		sent, received = append(sent, v[0]), append(received, v[1]+v[2]+v[3])
 	}
-	sent := make([]float64, len(live))
 	var all float64
-	for i, r := range live {
-		v, err := r.MetricSeries(changesSent)
-		if err != nil {
-			return false, err
-		}
-		sent[i] = v[0]
-		all += v[0]
+	for _, v := range sent {
+		all += v
 	}
-	for i, r := range live {
-		v, err := r.MetricSeries(changesReceived...)
-		if err != nil {
-			return false, err
-		}
-		if v[0]+v[1]+v[2] < all-sent[i] {
+	for i := range sent {
+		if received[i] < all-sent[i] {
 			return false, nil
 		}
 	}

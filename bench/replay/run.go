@@ -227,22 +227,26 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 		if loadGone || s.reps == nil || len(s.reps.Routers) < 2 {
 			return nil
 		}
-		// A replica being killed fails its /metrics until it has exited
-		// (then LoadSynced leaves it out): errors are retried until the
-		// deadline.
-		synced := false
-		var lastErr error
-		err := waitUntil(ctx, func() bool {
-			ok, err := s.reps.LoadSynced()
-			synced, lastErr = ok && err == nil, err
-			return synced || time.Now().After(deadline)
-		})
+		synced, failing, err := s.awaitLoadSynced(ctx, deadline)
 		if err == nil && !synced {
 			s.unsettled.Add(1)
-			loadGone = lastErr != nil
+			loadGone = failing
 		}
 		return err
 	}
+}
+
+// awaitLoadSynced polls harness.LoadSynced until it holds or deadline
+// passes; failing reports that the last poll failed. A replica being
+// killed fails its /metrics until it has exited (then LoadSynced leaves it
+// out), so errors are retried until the deadline.
+func (s *routerSide) awaitLoadSynced(ctx context.Context, deadline time.Time) (synced, failing bool, err error) {
+	err = waitUntil(ctx, func() bool {
+		ok, perr := s.reps.LoadSynced()
+		synced, failing = ok && perr == nil, perr != nil
+		return synced || time.Now().After(deadline)
+	})
+	return synced, failing, err
 }
 
 // startRouterSide starts the routers a router policy needs (one, or
