@@ -24,7 +24,8 @@ import (
 //     applied every batch published (PlayConfig.Settle) and, with
 //     replicas, every load change the others shared: the Routes and marks
 //     so far. Requests of one arrival are still routed at once, as a burst
-//     is.
+//     is, and handed out in the order their Routes were answered
+//     (handorder.go).
 //   - An engine publishes a step that ends at E only once every request
 //     arriving before E has been handed to an engine, so no Route sees a
 //     step that ends after its arrival.

@@ -21,6 +21,7 @@ type player struct {
 	res     *PlayResult
 	queues  []chan job
 	ls      *lockstep // nil unless cfg.Lockstep
+	answers answerOrder
 
 	mu         sync.Mutex // guards res.TTFT, res.TPOT, res.PromptTokens
 	markErrs   atomic.Int64
@@ -45,6 +46,8 @@ type pending struct {
 	c   Choice
 	err error
 	ok  chan struct{}
+	// answered numbers the choice among all made (handorder.go).
+	answered int64
 }
 
 // Play replays the requests at their arrival times and waits until every
@@ -152,6 +155,7 @@ func (p *player) dispatch(order chan<- *pending, conc int) error {
 		order <- pd // never blocks long: at most conc choices are unfinished
 		go func() {
 			pd.c, pd.err = cfg.Choose(ctx, pd.seq, pd.j.tokens, pd.j.id)
+			pd.answered = p.answers.next()
 			<-sem
 			close(pd.ok)
 		}()
@@ -167,6 +171,10 @@ func (p *player) forward(order <-chan *pending, done chan<- struct{}) {
 	res := p.res
 	var bursts burstCounter
 	defer func() { res.BurstRequests, res.BurstPiled = bursts.Requests, bursts.Piled }()
+	if p.ls != nil {
+		p.forwardBursts(order, &bursts)
+		return
+	}
 	for pd := range order {
 		<-pd.ok
 		next := p.nextArrival(pd.seq)
