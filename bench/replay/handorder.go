@@ -1,8 +1,8 @@
 package replay
 
 import (
+	"cmp"
 	"slices"
-	"sync/atomic"
 )
 
 // In lockstep a trace's requests of one arrival are routed at once, as a
@@ -14,11 +14,6 @@ import (
 // instead would queue a request the router placed behind another ahead of
 // it. Choices that consult no router (round-robin, random) have no such
 // order and keep the trace's, so their replay stays deterministic.
-
-// answerOrder numbers choices as they are made.
-type answerOrder struct{ n atomic.Int64 }
-
-func (o *answerOrder) next() int64 { return o.n.Add(1) }
 
 // burstOf reads from order the rest of first's arrival (requests arrive in
 // the trace's order, so they follow it) and waits for every choice of it.
@@ -46,7 +41,7 @@ func answeredOrder(burst []*pending) {
 			return
 		}
 	}
-	slices.SortStableFunc(burst, func(a, b *pending) int { return int(a.answered - b.answered) })
+	slices.SortStableFunc(burst, func(a, b *pending) int { return cmp.Compare(a.answered, b.answered) })
 }
 
 // forwardBursts is forward in lockstep: each arrival's requests are handed

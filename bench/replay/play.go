@@ -20,8 +20,8 @@ type player struct {
 	stepped bool // vLLM-model engines, each run by a stepper
 	res     *PlayResult
 	queues  []chan job
-	ls      *lockstep // nil unless cfg.Lockstep
-	answers answerOrder
+	ls      *lockstep    // nil unless cfg.Lockstep
+	answers atomic.Int64 // choices made, numbering pending.answered
 
 	mu         sync.Mutex // guards res.TTFT, res.TPOT, res.PromptTokens
 	markErrs   atomic.Int64
@@ -155,7 +155,7 @@ func (p *player) dispatch(order chan<- *pending, conc int) error {
 		order <- pd // never blocks long: at most conc choices are unfinished
 		go func() {
 			pd.c, pd.err = cfg.Choose(ctx, pd.seq, pd.j.tokens, pd.j.id)
-			pd.answered = p.answers.next()
+			pd.answered = p.answers.Add(1)
 			<-sem
 			close(pd.ok)
 		}()

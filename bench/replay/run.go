@@ -109,7 +109,7 @@ func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *router
 		pc.Lockstep = true
 		if side != nil {
 			pc.Settle = side.settler(fleet, cfg.Model)
-			pc.SettleLoad = side.reps != nil && len(side.reps.Routers) > 1
+			pc.SettleLoad = side.sharesLoad()
 		}
 	}
 	if cfg.Progress != nil {
@@ -224,7 +224,7 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 				s.unsettled.Add(1)
 			}
 		}
-		if loadGone || s.reps == nil || len(s.reps.Routers) < 2 {
+		if loadGone || !s.sharesLoad() {
 			return nil
 		}
 		synced, failing, err := s.awaitLoadSynced(ctx, deadline)
@@ -234,6 +234,11 @@ func (s *routerSide) settler(fleet *harness.Fleet, model string) func(context.Co
 		}
 		return err
 	}
+}
+
+// sharesLoad reports whether the side is replicas sharing their load.
+func (s *routerSide) sharesLoad() bool {
+	return s.reps != nil && s.reps.Sync && len(s.reps.Routers) > 1
 }
 
 // awaitLoadSynced polls harness.LoadSynced until it holds or deadline
