@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -16,7 +17,8 @@ import (
 // baseline's (x, lower is better) and its load imbalance (max / mean per
 // engine of prompt tokens, and of uncached prompt blocks); the baseline's own
 // TTFT in seconds for scale. On the vLLM engine model each cell also gives
-// the TTFT floor (TTFTFloor) no router can beat.
+// the TTFT floor (TTFTFloor) no router can beat. The targets follow the table
+// (WriteTargets).
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	if r.EngineModel == engine.ModelVLLM.String() {
@@ -69,9 +71,30 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	return r.WriteTargets(w)
 }
+
+// ReadJSON reads a report WriteJSON wrote.
+func ReadJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("sweep report %s: %w", path, err)
+	}
+	if len(r.Cells) == 0 || r.Baseline == "" {
+		return nil, fmt.Errorf("sweep report %s: %w", path, ErrNotReport)
+	}
+	return &r, nil
+}
+
+// ErrNotReport is a JSON file without a sweep's cells or baseline.
+var ErrNotReport = errors.New("no cells or no baseline: not a kvbench sweep report")
 
 // WriteJSON writes the report as indented JSON to path.
 func (r *Report) WriteJSON(path string) error {

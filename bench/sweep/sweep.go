@@ -214,6 +214,10 @@ type Cell struct {
 	// (vLLM engine model only): TTFT targets below them are out of reach
 	// for any router.
 	TTFTFloor *stats.Summary `json:"ttft_floor,omitempty"`
+	// PrefillShare is the share of TokenCost a cache hit saves (prefill;
+	// the rest is the request's share of decode steps): 1 on the old model,
+	// VLLMPrefillShare on the vLLM model.
+	PrefillShare float64 `json:"prefill_share,omitempty"`
 }
 
 // Name is the cell's label, e.g. "chat/4096/100%".
@@ -319,8 +323,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				reqs, f := ScaleLoad(t.Reqs, cfg.Engines, cost, load)
 				cell := Cell{Trace: t.Name, Capacity: capacity, Load: load, TimeScale: f, TokenCost: cost.String(),
 					Requests: len(reqs), TraceSeconds: duration(reqs).Seconds(),
-					PooledCeiling: ceiling, UnlimitedIDHit: unlimited}
+					PooledCeiling: ceiling, UnlimitedIDHit: unlimited, PrefillShare: 1}
 				if cfg.EngineModel == engine.ModelVLLM {
+					cell.PrefillShare = VLLMPrefillShare(t.Reqs, capacity, engine.SchedConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens})
 					fl := stats.Summarize(TTFTFloor(reqs, engine.SchedConfig{MaxNumBatchedTokens: cfg.MaxNumBatchedTokens}))
 					cell.TTFTFloor = &fl
 				}

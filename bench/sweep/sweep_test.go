@@ -109,7 +109,12 @@ func TestVLLMTokenCost(t *testing.T) {
 	if d := small.Seconds()/want - 1; d > 1e-3 || d < -1e-3 {
 		t.Fatalf("cost %v, want %.3gs", small, want)
 	}
-	if VLLMTokenCost(nil, 4096, engine.SchedConfig{}) != 0 {
+	// the prefill share of the cost is the prefill term alone
+	share := VLLMPrefillShare(reqs, 4096, engine.SchedConfig{})
+	if d := share*small.Seconds()/prefill.Seconds() - 1; d > 1e-3 || d < -1e-3 || share >= VLLMPrefillShare(reqs, 65536, engine.SchedConfig{}) {
+		t.Fatalf("prefill share %v of %v, want %v of it", share, small, prefill)
+	}
+	if VLLMTokenCost(nil, 4096, engine.SchedConfig{}) != 0 || VLLMPrefillShare(nil, 4096, engine.SchedConfig{}) != 0 {
 		t.Fatal("empty trace has a cost")
 	}
 }

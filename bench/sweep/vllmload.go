@@ -21,8 +21,29 @@ import (
 // Base + B x (PerDecodeSeq + (P+O/2) x PerKVToken), and one request costs
 // P x PerPrefillToken + O x step / B.
 func VLLMTokenCost(reqs []trace.Request, capacityBlocks int, sc engine.SchedConfig) time.Duration {
-	if len(reqs) == 0 || capacityBlocks <= 0 {
+	prefill, decode, p := vllmRequestCost(reqs, capacityBlocks, sc)
+	if p <= 0 {
 		return 0
+	}
+	return time.Duration((prefill + decode) / p * float64(time.Second))
+}
+
+// VLLMPrefillShare is the share of VLLMTokenCost that is prefill: the part a
+// cache hit saves. The rest, the request's share of decode steps, every
+// routing pays.
+func VLLMPrefillShare(reqs []trace.Request, capacityBlocks int, sc engine.SchedConfig) float64 {
+	prefill, decode, _ := vllmRequestCost(reqs, capacityBlocks, sc)
+	if prefill+decode <= 0 {
+		return 0
+	}
+	return prefill / (prefill + decode)
+}
+
+// vllmRequestCost returns a mean request's prefill and decode seconds (see
+// VLLMTokenCost) and its mean prompt tokens; zeros for no requests.
+func vllmRequestCost(reqs []trace.Request, capacityBlocks int, sc engine.SchedConfig) (prefill, decode, p float64) {
+	if len(reqs) == 0 || capacityBlocks <= 0 {
+		return 0, 0, 0
 	}
 	if sc.BlockSize == 0 {
 		sc.BlockSize = 16
@@ -40,12 +61,11 @@ func VLLMTokenCost(reqs []trace.Request, capacityBlocks int, sc engine.SchedConf
 	}
 	p, o := in/float64(len(reqs)), out/float64(len(reqs))
 	if p <= 0 {
-		return 0
+		return 0, 0, 0
 	}
 	held := p + o/2
 	b := min(float64(sc.MaxNumSeqs), max(1, float64(capacityBlocks*sc.BlockSize)/held))
 	m := sc.Step
 	step := m.Base.Seconds() + b*(m.PerDecodeSeq.Seconds()+held*m.PerKVTokenNs*1e-9)
-	perReq := p*m.PerPrefillToken.Seconds() + o*step/b
-	return time.Duration(perReq / p * float64(time.Second))
+	return p * m.PerPrefillToken.Seconds(), o * step / b, p
 }

@@ -9,6 +9,7 @@
 //	kvbench restart [flags]     kill -9 the router mid-replay, restart it on its state dir, check the index
 //	kvbench attack [flags]      hostile input at the router's gRPC and ZMQ edges, measured against honest traffic
 //	kvbench sweep [flags]       compare over traces x capacities x offered loads; one table, JSON and chart
+//	kvbench report SWEEP_JSON   a sweep's table and targets again, from its sweep.json
 package main
 
 import (
@@ -54,11 +55,13 @@ func main() {
 		err = runAttack(ctx, args)
 	case "sweep":
 		err = runSweep(ctx, args)
+	case "report":
+		err = runReport(args, os.Stdout)
 	case "help", "-h", "--help":
-		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart|attack|sweep] [flags]; kvbench CMD -h for flags")
+		fmt.Println("usage: kvbench [compare|demo|load|ceiling|gen|restart|attack|sweep|report] [flags]; kvbench CMD -h for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen, restart, attack or sweep)", cmd)
+		err = fmt.Errorf("unknown command %q (want compare, demo, load, ceiling, gen, restart, attack, sweep or report)", cmd)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return

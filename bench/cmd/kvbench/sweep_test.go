@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"os"
 	"strings"
@@ -48,6 +49,16 @@ func TestSweepShort(t *testing.T) {
 	}
 	md, _ := os.ReadFile(paths[0])
 	t.Logf("table:\n%s", md)
+	if !strings.Contains(string(md), "Targets, kvrouter against round-robin:") {
+		t.Errorf("sweep.md has no targets")
+	}
+	var again bytes.Buffer // kvbench report renders the same from sweep.json
+	if err := runReport([]string{paths[1]}, &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != string(md) {
+		t.Errorf("kvbench report %s differs from sweep.md:\n%s", paths[1], again.String())
+	}
 
 	if want := len(cfg.Traces) * len(cfg.Capacities) * len(cfg.Loads); len(rep.Cells) != want {
 		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
@@ -93,5 +104,21 @@ func TestSweepShort(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReportArgs: kvbench report takes exactly one sweep.json and names a
+// file that is not one.
+func TestReportArgs(t *testing.T) {
+	var out bytes.Buffer
+	if err := runReport(nil, &out); err == nil {
+		t.Fatal("no file: no error")
+	}
+	p := t.TempDir() + "/x.json"
+	if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runReport([]string{p}, &out); !errors.Is(err, sweep.ErrNotReport) {
+		t.Fatalf("empty report: %v", err)
 	}
 }
