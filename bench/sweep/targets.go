@@ -89,10 +89,10 @@ func judge(t *Target, c *Cell, met bool, why string, outOfReach bool) {
 }
 
 // gainMiss says why res misses GainTarget in c, or "" if it meets it; out
-// is true when every percentile it misses was out of reach for any routing.
+// is true when a percentile it misses was out of reach for any routing: the
+// target wants both.
 func (c *Cell) gainMiss(res, base Result) (why string, out bool) {
 	var parts []string
-	out = true
 	for _, q := range []struct {
 		name             string
 		q, ratio         float64
@@ -111,7 +111,7 @@ func (c *Cell) gainMiss(res, base Result) (why string, out bool) {
 			reason += fmt.Sprintf("; %s's %.3f s is the floor + %.1f ms, its decode step (TPOT p50) %.1f ms",
 				res.Policy, q.own.Seconds(), float64(q.own-q.floor)/1e6, float64(res.TPOT.P50)/1e6)
 		}
-		out = out && unreachable
+		out = out || unreachable
 		parts = append(parts, fmt.Sprintf("%s %.2fx: %s", q.name, q.ratio, reason))
 	}
 	if len(parts) == 0 {

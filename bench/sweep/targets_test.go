@@ -43,6 +43,9 @@ func TestTargets(t *testing.T) {
 		targetCell("overload", 1.3, 0.1, 0.05, 5, 20, 6, 30, 0.95, 1.1, fl),
 		// 130%: the ceiling takes the load under 1: within reach, missed
 		targetCell("reach", 1.3, 0.8, 0.3, 2, 20, 3, 30, 0.95, 1.4, fl),
+		// 100%: p50 out of reach (the floor), p99 within reach: the target,
+		// which wants both, is out of reach
+		targetCell("half", 1, 0.5, 0.2, 0.18, 0.5, 0.2, 1, 0.95, 1.1, fl),
 		// worse than round-robin at p99
 		targetCell("worse", 0.7, 0.5, 0.2, 0.09, 0.3, 0.1, 0.25, 0.95, 1.1, fl),
 	}}
@@ -56,12 +59,12 @@ func TestTargets(t *testing.T) {
 		got[tg.Name] = strings.Join(append([]string{strconv.Itoa(tg.Met) + "/" + strconv.Itoa(tg.Cells) + " out " + strconv.Itoa(tg.OutOfReach)}, ms...), " ")
 	}
 	want := map[string]string{
-		"TTFT p50 never worse":                         "6/6 out 0",
-		"TTFT p99 never worse":                         "5/6 out 0 worse/4096/70%",
-		"3x at p50 and p99, load >= 100%":              "1/4 out 2 floor/4096/100% overload/4096/130% reach/4096/130%",
-		"hit rate >= 90% of the ceiling, load <= 100%": "3/4 out 0 floor/4096/100%",
-		"imbalance <= 1.3, prefill tokens":             "5/6 out 0 reach/4096/130%",
-		"imbalance <= 1.3, prompt tokens":              "5/6 out 0 reach/4096/130%",
+		"TTFT p50 never worse":                         "7/7 out 0",
+		"TTFT p99 never worse":                         "6/7 out 0 worse/4096/70%",
+		"3x at p50 and p99, load >= 100%":              "1/5 out 3 floor/4096/100% overload/4096/130% reach/4096/130% half/4096/100%",
+		"hit rate >= 90% of the ceiling, load <= 100%": "4/5 out 0 floor/4096/100%",
+		"imbalance <= 1.3, prefill tokens":             "6/7 out 0 reach/4096/130%",
+		"imbalance <= 1.3, prompt tokens":              "6/7 out 0 reach/4096/130%",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -85,7 +88,7 @@ func TestTargets(t *testing.T) {
 	if err := rep.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, frag := range []string{"Targets, kvrouter against round-robin:", "| 3x at p50 and p99, load >= 100% | 1/4 | 2 |", "- worse/4096/70%: p99 1.200x"} {
+	for _, frag := range []string{"Targets, kvrouter against round-robin:", "| 3x at p50 and p99, load >= 100% | 1/5 | 3 |", "- worse/4096/70%: p99 1.200x"} {
 		if !strings.Contains(b.String(), frag) {
 			t.Errorf("markdown lacks %q:\n%s", frag, b.String())
 		}
