@@ -139,6 +139,9 @@ type CompareConfig struct {
 	Policies []string
 	// OutDir receives router logs; empty discards them.
 	OutDir string
+	// Records writes each variant's RequestRecords to
+	// OutDir/requests-<label>.jsonl (vLLM engine model, OutDir set).
+	Records bool
 	// Progress receives a progress line every few seconds; nil for none.
 	Progress io.Writer
 	// Seed seeds the random policy.

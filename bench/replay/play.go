@@ -146,7 +146,7 @@ func (p *player) dispatch(order chan<- *pending, conc int) error {
 		lag := time.Since(cfg.Clock.Wall(arrival))
 		p.lagNs.Store(int64(lag))
 		p.res.MaxLag = max(p.res.MaxLag, lag)
-		pd.j = job{id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), output: r.OutputLength, arrival: arrival}
+		pd.j = job{seq: i, id: fmt.Sprintf("%s%d", cfg.IDPrefix, i), output: r.OutputLength, arrival: arrival}
 		if cfg.Text != nil {
 			pd.j.text = cfg.Text(i)
 		} else {
@@ -336,6 +336,11 @@ func (p *player) stepperWorker(w int) {
 			p.mu.Lock()
 			p.res.TTFT = append(p.res.TTFT, at-j.arrival)
 			p.res.PromptTokens[w] += uint64(len(j.tokens))
+			if cfg.Records {
+				p.res.Records = append(p.res.Records, RequestRecord{Seq: j.seq, Engine: w,
+					Arrival: j.arrival, Scheduled: j.scheduled, First: at,
+					PromptTokens: len(j.tokens), Prefilled: j.prefilled})
+			}
 			p.mu.Unlock()
 			if j.routed && cfg.Router != nil {
 				j.marking = true

@@ -142,6 +142,9 @@ type PlayConfig struct {
 	// batch the engines have published, and with SettleLoad every load
 	// change the replicas have shared.
 	Settle func(context.Context) error
+	// Records keeps a RequestRecord per request that reached its first
+	// token (vLLM model only) in PlayResult.Records.
+	Records bool
 	// SettleLoad: Settle waits for replicas' shared load too, which every
 	// Route and mark changes, so it is called before every arrival, not
 	// only after the engines published.
@@ -184,9 +187,12 @@ type PlayResult struct {
 	Wall        time.Duration
 	// Paused is how long a lockstep replay held simulated time still.
 	Paused time.Duration
+	// Records, with PlayConfig.Records, in first-token order.
+	Records []RequestRecord
 }
 
 type job struct {
+	seq     int // the request's index in PlayConfig.Requests
 	id      string
 	tokens  []uint32
 	text    string // a text prompt, tokenized by the chosen engine

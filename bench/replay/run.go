@@ -73,6 +73,12 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 	if err != nil {
 		return nil, err
 	}
+	if pc.Records {
+		name := strings.NewReplacer(" ", "-", "/", "_").Replace(v.label())
+		if err := writeRecords(filepath.Join(cfg.OutDir, "requests-"+name+".jsonl"), pr.Records); err != nil {
+			return nil, err
+		}
+	}
 	tot := fleet.Totals()
 	res := newPolicyResult(v, pr, tot, fleet)
 	if cfg.Text != nil && side != nil && side.router != nil {
@@ -101,6 +107,7 @@ func playConfig(cfg CompareConfig, v variant, fleet *harness.Fleet, side *router
 		Fleet: fleet, Requests: cfg.Requests, Choose: choose, IDPrefix: v.policy + "-",
 		Clock: Clock{T0: time.Now().Add(200 * time.Millisecond), SpeedUp: cfg.SpeedUp},
 		Text:  cfg.Text, Body: cfg.TextBody,
+		Records: cfg.Records && cfg.OutDir != "",
 	}
 	if side != nil {
 		pc.Router = side.marks

@@ -38,6 +38,11 @@ type liveJob struct {
 	done    chan struct{} // closed when it finishes or is dropped
 	marking bool          // a goroutine is marking it to the router
 	first   time.Duration // when its first token came (simulated)
+	// scheduled is when its first step began, prefilled the tokens its
+	// steps computed up to its first token (a preempted request's again).
+	scheduled time.Duration
+	prefilled int
+	ran       bool
 }
 
 // runStepper serves q's requests on e (a ModelVLLM engine) until q is
@@ -132,6 +137,7 @@ func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock
 			return
 		}
 		h.publish(st.Events)
+		notePrefill(live, st.Batch, t)
 		for _, id := range st.FirstToken {
 			h.first(live[id], end)
 		}
@@ -140,5 +146,20 @@ func runStepper(ctx context.Context, e *engine.Engine, q <-chan job, clock Clock
 			delete(live, id)
 		}
 		now = end
+	}
+}
+
+// notePrefill credits a step that began at t to the batch's requests that
+// have no first token yet.
+func notePrefill(live map[uint64]*liveJob, batch []engine.BatchEntry, t time.Duration) {
+	for _, b := range batch {
+		lj := live[b.ID]
+		if lj == nil || lj.first > 0 {
+			continue
+		}
+		if !lj.ran {
+			lj.scheduled, lj.ran = t, true
+		}
+		lj.prefilled += b.Tokens
 	}
 }

@@ -178,9 +178,10 @@ type Config struct {
 	// replay.CompareConfig.
 	EngineModel                     engine.Model
 	MaxNumBatchedTokens, MaxNumSeqs int
-	// Lockstep is replay.CompareConfig.Lockstep for every cell.
-	Lockstep bool
-	Router   harness.RouterConfig
+	// Lockstep and Records are replay.CompareConfig's for every cell
+	// (Records for the timed policies, whose logs have a directory).
+	Lockstep, Records bool
+	Router            harness.RouterConfig
 	// OutDir receives router logs under logs/<cell>/; empty discards them.
 	OutDir   string
 	Progress io.Writer
@@ -370,7 +371,7 @@ func runCell(ctx context.Context, cfg Config, cell *Cell, reqs []trace.Request) 
 			Router: rc, Policies: []string{p.Run}, OutDir: outDir, Progress: cfg.Progress,
 			PooledCeiling: cell.PooledCeiling,
 			EngineModel:   cfg.EngineModel, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, MaxNumSeqs: cfg.MaxNumSeqs,
-			Lockstep: cfg.Lockstep,
+			Lockstep: cfg.Lockstep, Records: cfg.Records,
 		})
 		if err != nil {
 			return err

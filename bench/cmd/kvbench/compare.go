@@ -97,7 +97,7 @@ func parseCompare(args []string) (compareRun, error) {
 	cfg := replay.CompareConfig{
 		Engines: *engines, Capacity: *capacity, SpeedUp: *speedUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
-		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq, Lockstep: tm.lockstep,
+		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq, Lockstep: tm.lockstep, Records: tm.records,
 		Router:   harness.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		Policies: splitList(*policies), Progress: os.Stderr, Seed: *seed,
 		Sync: sync, Marks: *marks, KillReplica: *victim, Rounds: *rounds, RoutesToFirst: *toFirst, SyncLagProbes: *lagProbes,

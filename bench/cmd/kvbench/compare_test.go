@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -172,12 +174,14 @@ func TestCompareLockstepShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts routers and 16 engines for about 10 s")
 	}
-	if _, err := parseCompare([]string{"--short", "--lockstep"}); err == nil {
-		t.Fatal("--lockstep on the old engine model: no error")
+	for _, flag := range []string{"--lockstep", "--requests"} {
+		if _, err := parseCompare([]string{"--short", flag}); err == nil {
+			t.Fatalf("%s on the old engine model: no error", flag)
+		}
 	}
 	bin := buildRouter(t)
 	run, rep := runShortCompare(t, "--short", "--router-bin", bin, "--engine-model", "vllm", "--capacity", "16384", "--lockstep",
-		"--replicas", "1,2", "--kill-replica-at", "50%")
+		"--replicas", "1,2", "--kill-replica-at", "50%", "--requests")
 	if !rep.Lockstep || len(rep.Results) != 2 {
 		t.Fatalf("lockstep %v, %d runs; want true, 2", rep.Lockstep, len(rep.Results))
 	}
@@ -187,6 +191,16 @@ func TestCompareLockstepShort(t *testing.T) {
 		if r.TTFT.N != n || r.ChooseErrors != 0 || r.MarkErrors != 0 || r.Unsettled > int64(r.Replicas-1) || r.PausedSeconds <= 0 {
 			t.Errorf("%s: %d of %d TTFTs, %d choose and %d mark errors, %d unsettled, paused %vs (%s)",
 				r.Label(), r.TTFT.N, n, r.ChooseErrors, r.MarkErrors, r.Unsettled, r.PausedSeconds, r.FirstError)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(run.cfg.OutDir, "requests-*.jsonl"))
+	if len(files) != len(rep.Results) {
+		t.Fatalf("--requests wrote %v, want a file per run", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || bytes.Count(b, []byte("\n")) != len(run.cfg.Requests) {
+			t.Errorf("%s: %d lines (%v), want %d", f, bytes.Count(b, []byte("\n")), err, len(run.cfg.Requests))
 		}
 	}
 }

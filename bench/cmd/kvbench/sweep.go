@@ -91,7 +91,7 @@ func parseSweep(args []string, log io.Writer) (sweep.Config, string, error) {
 	cfg := sweep.Config{
 		Engines: *engines, SpeedUp: *speedUp, FastSpeedUp: *fastUp,
 		PrefillPerToken: tm.prefill, DecodePerToken: tm.decode, Format: f,
-		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq, Lockstep: tm.lockstep,
+		EngineModel: em, MaxNumBatchedTokens: tm.maxBatched, MaxNumSeqs: tm.maxNumSeq, Lockstep: tm.lockstep, Records: tm.records,
 		Router: harness.RouterConfig{Bin: *routerBin, Args: strings.Fields(*routerArg)},
 		OutDir: *outDir, Progress: log,
 	}
