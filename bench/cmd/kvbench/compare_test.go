@@ -174,14 +174,14 @@ func TestCompareLockstepShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts routers and 16 engines for about 10 s")
 	}
-	for _, flag := range []string{"--lockstep", "--requests"} {
+	for _, flag := range []string{"--lockstep", "--request-log"} {
 		if _, err := parseCompare([]string{"--short", flag}); err == nil {
 			t.Fatalf("%s on the old engine model: no error", flag)
 		}
 	}
 	bin := buildRouter(t)
 	run, rep := runShortCompare(t, "--short", "--router-bin", bin, "--engine-model", "vllm", "--capacity", "16384", "--lockstep",
-		"--replicas", "1,2", "--kill-replica-at", "50%", "--requests")
+		"--replicas", "1,2", "--kill-replica-at", "50%", "--request-log")
 	if !rep.Lockstep || len(rep.Results) != 2 {
 		t.Fatalf("lockstep %v, %d runs; want true, 2", rep.Lockstep, len(rep.Results))
 	}
@@ -195,7 +195,7 @@ func TestCompareLockstepShort(t *testing.T) {
 	}
 	files, _ := filepath.Glob(filepath.Join(run.cfg.OutDir, "requests-*.jsonl"))
 	if len(files) != len(rep.Results) {
-		t.Fatalf("--requests wrote %v, want a file per run", files)
+		t.Fatalf("--request-log wrote %v, want a file per run", files)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

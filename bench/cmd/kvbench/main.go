@@ -107,7 +107,7 @@ func (t *timeModel) bind(fs *flag.FlagSet) {
 	fs.IntVar(&t.maxBatched, "max-num-batched-tokens", engine.DefaultMaxNumBatchedTokens, "vllm engine model: token budget of one step")
 	fs.IntVar(&t.maxNumSeq, "max-num-seqs", engine.DefaultMaxNumSeqs, "vllm engine model: most requests running at once")
 	fs.BoolVar(&t.lockstep, "lockstep", false, "vllm engine model: replay in lockstep, each Route seeing the fleet and the routers as they are at its arrival however slow the machine (the speed-up only paces the replay; docs/engine-model.md)")
-	fs.BoolVar(&t.records, "requests", false, "vllm engine model: write each request's engine, first step, first token and tokens prefilled to requests-POLICY.jsonl in the output directory (a sweep's under logs/, router policies only)")
+	fs.BoolVar(&t.records, "request-log", false, "vllm engine model: write each request's engine, first step, first token and tokens prefilled to requests-POLICY.jsonl in the output directory (a sweep's under logs/, router policies only)")
 }
 
 // engineModel is the parsed --engine-model and its limits.
@@ -120,7 +120,7 @@ func (t *timeModel) engineModel() (engine.Model, error) {
 		return 0, fmt.Errorf("--lockstep needs --engine-model vllm")
 	}
 	if t.records && m != engine.ModelVLLM {
-		return 0, fmt.Errorf("--requests needs --engine-model vllm")
+		return 0, fmt.Errorf("--request-log needs --engine-model vllm")
 	}
 	if t.maxBatched <= 0 || t.maxNumSeq <= 0 {
 		return 0, fmt.Errorf("--max-num-batched-tokens (%d) and --max-num-seqs (%d) must be positive", t.maxBatched, t.maxNumSeq)
