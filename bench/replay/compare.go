@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -397,6 +398,16 @@ type variant struct {
 func (v variant) label() string {
 	r := PolicyResult{Policy: v.policy, Replicas: v.replicas, Sync: v.sync}
 	return r.Label()
+}
+
+// fileName names the variant's files in OutDir (router logs, request
+// records): its label without spaces, and its round past the first.
+func (v variant) fileName() string {
+	name := strings.ReplaceAll(v.label(), " ", "-")
+	if v.round > 0 {
+		name += "-round" + strconv.Itoa(v.round)
+	}
+	return name
 }
 
 func isRouterPolicy(p string) bool {

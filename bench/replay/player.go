@@ -142,13 +142,13 @@ type PlayConfig struct {
 	// batch the engines have published, and with SettleLoad every load
 	// change the replicas have shared.
 	Settle func(context.Context) error
-	// Records keeps a RequestRecord per request that reached its first
-	// token (vLLM model only) in PlayResult.Records.
-	Records bool
 	// SettleLoad: Settle waits for replicas' shared load too, which every
 	// Route and mark changes, so it is called before every arrival, not
 	// only after the engines published.
 	SettleLoad bool
+	// Records keeps a RequestRecord per request that reached its first
+	// token (vLLM model only) in PlayResult.Records.
+	Records bool
 }
 
 // Progress is a snapshot of a replay in flight.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +84,19 @@ func TestRequestRecords(t *testing.T) {
 	}
 	if !slices.Equal(back, pr.Records) {
 		t.Fatalf("read back %d records, differing from the %d written", len(back), len(pr.Records))
+	}
+}
+
+// TestVariantFileName: each variant's files (router logs, request records)
+// have a name of their own: no spaces, and a round past the first apart
+// from the first.
+func TestVariantFileName(t *testing.T) {
+	seen := map[string]bool{}
+	for _, v := range []variant{{policy: PolicyKV}, {policy: PolicyKV, round: 1}, {policy: PolicyKV, replicas: 2, sync: true}, {policy: PolicyRoundRobin}} {
+		n := v.fileName()
+		if seen[n] || strings.ContainsAny(n, " /") {
+			t.Fatalf("%+v: file name %q repeated or not a plain name", v, n)
+		}
+		seen[n] = true
 	}
 }

@@ -74,8 +74,7 @@ func runPolicy(ctx context.Context, cfg CompareConfig, v variant) (*PolicyResult
 		return nil, err
 	}
 	if pc.Records {
-		name := strings.NewReplacer(" ", "-", "/", "_").Replace(v.label())
-		if err := writeRecords(filepath.Join(cfg.OutDir, "requests-"+name+".jsonl"), pr.Records); err != nil {
+		if err := writeRecords(filepath.Join(cfg.OutDir, "requests-"+v.fileName()+".jsonl"), pr.Records); err != nil {
 			return nil, err
 		}
 	}
@@ -285,10 +284,7 @@ func startRouterSide(ctx context.Context, cfg CompareConfig, v variant, fleet *h
 			s.close()
 		}
 	}()
-	logName := strings.ReplaceAll(v.label(), " ", "-")
-	if v.round > 0 {
-		logName += "-round" + strconv.Itoa(v.round)
-	}
+	logName := v.fileName()
 	logFor := func(name string) io.Writer {
 		if cfg.OutDir == "" {
 			return nil

@@ -42,7 +42,6 @@ type liveJob struct {
 	// steps computed up to its first token (a preempted request's again).
 	scheduled time.Duration
 	prefilled int
-	ran       bool
 }
 
 // runStepper serves q's requests on e (a ModelVLLM engine) until q is
@@ -157,8 +156,8 @@ func notePrefill(live map[uint64]*liveJob, batch []engine.BatchEntry, t time.Dur
 		if lj == nil || lj.first > 0 {
 			continue
 		}
-		if !lj.ran {
-			lj.scheduled, lj.ran = t, true
+		if lj.prefilled == 0 { // its first step (a scheduled prefill computes a token at least)
+			lj.scheduled = t
 		}
 		lj.prefilled += b.Tokens
 	}

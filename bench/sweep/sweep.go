@@ -158,7 +158,12 @@ func (cfg Config) tokenCost(reqs []trace.Request, capacities []int) time.Duratio
 	if cfg.EngineModel != engine.ModelVLLM || len(capacities) == 0 {
 		return cfg.PrefillPerToken
 	}
-	return VLLMTokenCost(reqs, capacities[0], engine.SchedConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens})
+	return VLLMTokenCost(reqs, capacities[0], cfg.sched())
+}
+
+// sched is the vLLM engines' scheduler limits, as the cells run them.
+func (cfg Config) sched() engine.SchedConfig {
+	return engine.SchedConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens}
 }
 
 // Config is the matrix and how each cell runs.
@@ -326,8 +331,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					Requests: len(reqs), TraceSeconds: duration(reqs).Seconds(),
 					PooledCeiling: ceiling, UnlimitedIDHit: unlimited, PrefillShare: 1}
 				if cfg.EngineModel == engine.ModelVLLM {
-					cell.PrefillShare = VLLMPrefillShare(t.Reqs, capacity, engine.SchedConfig{MaxNumSeqs: cfg.MaxNumSeqs, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens})
-					fl := stats.Summarize(TTFTFloor(reqs, engine.SchedConfig{MaxNumBatchedTokens: cfg.MaxNumBatchedTokens}))
+					cell.PrefillShare = VLLMPrefillShare(t.Reqs, capacity, cfg.sched())
+					fl := stats.Summarize(TTFTFloor(reqs, cfg.sched()))
 					cell.TTFTFloor = &fl
 				}
 				if cfg.Progress != nil {

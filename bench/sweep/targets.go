@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/kvrouter/kvrouter/bench/stats"
 )
 
 // Target is one of the sweep's acceptance targets for one policy, judged per
@@ -92,14 +94,18 @@ func judge(t *Target, c *Cell, met bool, why string, outOfReach bool) {
 // is true when a percentile it misses was out of reach for any routing: the
 // target wants both.
 func (c *Cell) gainMiss(res, base Result) (why string, out bool) {
+	var fl stats.Summary // zero (no floor) off the vLLM model
+	if c.TTFTFloor != nil {
+		fl = *c.TTFTFloor
+	}
 	var parts []string
 	for _, q := range []struct {
 		name             string
 		q, ratio         float64
 		own, base, floor time.Duration
 	}{
-		{"p50", 0.5, res.TTFTP50Ratio, res.TTFT.P50, base.TTFT.P50, c.floorAt(0.5)},
-		{"p99", 0.99, res.TTFTP99Ratio, res.TTFT.P99, base.TTFT.P99, c.floorAt(0.99)},
+		{"p50", 0.5, res.TTFTP50Ratio, res.TTFT.P50, base.TTFT.P50, fl.P50},
+		{"p99", 0.99, res.TTFTP99Ratio, res.TTFT.P99, base.TTFT.P99, fl.P99},
 	} {
 		if q.ratio*GainTarget <= 1 {
 			continue
@@ -118,17 +124,6 @@ func (c *Cell) gainMiss(res, base Result) (why string, out bool) {
 		return "", false
 	}
 	return strings.Join(parts, "; "), out
-}
-
-func (c *Cell) floorAt(q float64) time.Duration {
-	switch {
-	case c.TTFTFloor == nil:
-		return 0
-	case q == 0.5:
-		return c.TTFTFloor.P50
-	default:
-		return c.TTFTFloor.P99
-	}
 }
 
 // reach is the arithmetic that decides whether a TTFT percentile GainTarget
