@@ -58,7 +58,6 @@ func (ix *Index) store(ws *workerState, parent uint64, hasParent bool, tier kv.T
 		ws.moved = ws.moved[:0]
 		i = end
 	}
-	ws.setCached()
 	ws.stores.Add(1)
 	ws.blocksStored.Add(uint64(len(blocks)) - full)
 	ws.dupStore.Add(dups)
@@ -135,6 +134,11 @@ func (ix *Index) storeSegment(ws *workerState, si int, under, depth uint32, tier
 	sh := ix.shards[si]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	// The worker's size is published before the segment's blocks become
+	// visible (deferred calls run last first, so before the unlock): a
+	// Match reads the size after its walk, so it never finds a worker
+	// matching more blocks than it holds.
+	defer ws.setCached()
 	var memo setMemo
 	prev := under
 	for i, bl := range blocks {
