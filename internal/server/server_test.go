@@ -145,27 +145,31 @@ func TestScoreAndRouteFollowEngineEvents(t *testing.T) {
 		toks[i] = uint32(1000 + i)
 	}
 	// The engine stores the prompt's first two blocks. PUB drops messages
-	// until the subscription arrives, so publish until the router sees them.
+	// until the subscription arrives, so publish until the router has
+	// applied one batch: its events_applied counts a batch once the whole
+	// batch is in the index (a Score alone could see it half applied).
 	batch := storedBatch(t, []uint64{0xa1, 0xa2}, nil, toks[:2*blockSize])
 	prompt := &kvrouterv1.Prompt{Model: "m", TokenIds: toks}
 	deadline := time.Now().Add(15 * time.Second)
-	var sr *kvrouterv1.ScoreResponse
 	for seq := uint64(0); ; seq++ {
 		if err := pub.Send(zmq4.NewMsgFrom([]byte{}, seqFrame(seq), batch)); err != nil {
 			t.Fatal(err)
 		}
-		var err error
-		sr, err = e.router.Score(c, &kvrouterv1.ScoreRequest{Prompt: prompt})
+		lw, err := e.registry.ListWorkers(c, &kvrouterv1.ListWorkersRequest{Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sr.Scores[0].MatchedBlocks == 2 {
+		if applied(lw, "engine-a") > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("engine-a never matched 2 blocks: %v", sr)
+			t.Fatalf("engine-a never applied a batch: %v", lw)
 		}
 		time.Sleep(20 * time.Millisecond) // publishing pace while the subscription connects, not synchronization
+	}
+	sr, err := e.router.Score(c, &kvrouterv1.ScoreRequest{Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if sr.PromptBlocks != 3 || sr.BlockSize != blockSize || len(sr.Scores) != 2 {
 		t.Fatalf("score = %v; want 3 prompt blocks and the 2 workers of model m", sr)
@@ -249,4 +253,14 @@ func TestErrorCodes(t *testing.T) {
 	if got != 5 {
 		t.Fatalf("kvrouter_rpc_errors_total{Route,InvalidArgument} = %v, want 5", got)
 	}
+}
+
+// applied is the events_applied ListWorkers reports for worker id.
+func applied(lw *kvrouterv1.ListWorkersResponse, id string) uint64 {
+	for _, w := range lw.GetWorkers() {
+		if w.GetWorker().GetWorkerId() == id {
+			return w.GetEventsApplied()
+		}
+	}
+	return 0
 }
